@@ -1,0 +1,106 @@
+"""One root for every error Gil raises, so callers can catch ``GilError`` and nothing else.
+
+::
+
+    GilError
+    ├── TreeFileError            a tree file cannot be read (file, line, node)
+    │   └── LabelCapacityError   a node has more candidates than its label scheme holds
+    ├── ConfigurationError       a value object or setting is invalid
+    ├── ModelError               a model endpoint failed (endpoint, reason)
+    │   ├── ModelUnavailableError   refused, timed out, 5xx after retries
+    │   ├── RateLimitedError        429 after retries (retry_after when the server said)
+    │   └── BadResponseError        the reply is not what the protocol promises
+    └── TelemetryError           a table write or read failed
+        └── SchemaViolationError a row does not fit its table's schema
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BadResponseError",
+    "ConfigurationError",
+    "GilError",
+    "LabelCapacityError",
+    "ModelError",
+    "ModelUnavailableError",
+    "RateLimitedError",
+    "SchemaViolationError",
+    "TelemetryError",
+    "TreeFileError",
+]
+
+
+class GilError(Exception):
+    """Root of every error raised by gil_core."""
+
+
+class TreeFileError(GilError):
+    """A tree file is malformed. The message names the file, the line and the node id when known."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        node: str | None = None,
+    ) -> None:
+        self.reason = message
+        self.path = path
+        self.line = line
+        self.node = node
+        where = path or "<tree>"
+        if line is not None:
+            where = f"{where}:{line}"
+        if node is not None:
+            where = f"{where}: node {node!r}"
+        super().__init__(f"{where}: {message}")
+
+
+class LabelCapacityError(TreeFileError):
+    """A node shows more candidates than its label scheme can label."""
+
+
+class ConfigurationError(GilError):
+    """A setting or value object is invalid."""
+
+
+class ModelError(GilError):
+    """A model endpoint failed. ``endpoint`` is the URL called; ``reason`` says why."""
+
+    def __init__(self, reason: str, *, endpoint: str, status: int | None = None) -> None:
+        self.reason = reason
+        self.endpoint = endpoint
+        self.status = status
+        suffix = f" (HTTP {status})" if status is not None else ""
+        super().__init__(f"{endpoint}: {reason}{suffix}")
+
+
+class ModelUnavailableError(ModelError):
+    """The endpoint refused the connection, timed out, or kept answering 5xx."""
+
+
+class RateLimitedError(ModelError):
+    """The endpoint kept answering 429. ``retry_after`` is the server's last hint in seconds, if any."""
+
+    def __init__(
+        self, reason: str, *, endpoint: str, status: int | None = 429, retry_after: float | None = None
+    ) -> None:
+        self.retry_after = retry_after
+        super().__init__(reason, endpoint=endpoint, status=status)
+
+
+class BadResponseError(ModelError):
+    """The endpoint answered, but not in the shape the OpenAI-compatible protocol promises."""
+
+
+class TelemetryError(GilError):
+    """A telemetry table could not be written or read."""
+
+
+class SchemaViolationError(TelemetryError):
+    """Rows do not fit the pandera schema of their table. ``table`` names it."""
+
+    def __init__(self, message: str, *, table: str) -> None:
+        self.table = table
+        super().__init__(f"table {table!r}: {message}")

@@ -1,0 +1,23 @@
+"""Model ports (chat, embeddings), their OpenAI-compatible adapters, and the call recorder."""
+
+from gil_core.llm.ports import (
+    ChatModel,
+    Completion,
+    EmbeddingModel,
+    Embeddings,
+    Message,
+    ServerTimings,
+    TokenLogprob,
+    Usage,
+)
+
+__all__ = [
+    "ChatModel",
+    "Completion",
+    "EmbeddingModel",
+    "Embeddings",
+    "Message",
+    "ServerTimings",
+    "TokenLogprob",
+    "Usage",
+]
