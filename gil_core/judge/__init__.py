@@ -1,0 +1,19 @@
+"""The single-token judge: label schemes in prompts, the order seed, and the label distribution."""
+
+from gil_core.judge.distribution import DEFAULT_TRUST_THRESHOLD, LabelDistribution, read_distribution
+from gil_core.judge.prompt import Candidate, build_judge_messages, label_candidates, order_candidates
+from gil_core.judge.single_token import TOP_LOGPROBS, Judge, Judgment, SingleTokenJudge
+
+__all__ = [
+    "DEFAULT_TRUST_THRESHOLD",
+    "TOP_LOGPROBS",
+    "Candidate",
+    "Judge",
+    "Judgment",
+    "LabelDistribution",
+    "SingleTokenJudge",
+    "build_judge_messages",
+    "label_candidates",
+    "order_candidates",
+    "read_distribution",
+]

@@ -1,0 +1,150 @@
+"""The tree of categories and answers: immutable value objects and the look-ups traversal needs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import cached_property
+
+from gil_core.ontology.labels import LabelScheme
+
+__all__ = ["Node", "Option", "OptionKind", "Origin", "Slot", "Tree"]
+
+
+class OptionKind(str, Enum):
+    """What an option yields when the tree reaches it."""
+
+    ANSWER = "answer"
+    TEMPLATE = "template"
+    PROCEDURE = "procedure"
+
+
+class Origin(str, Enum):
+    """Who put an option into the tree: a person (seed) or a review round (promoted)."""
+
+    SEED = "seed"
+    PROMOTED = "promoted"
+
+
+FIXED_INSTRUCTION = "fixed"
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """A blank in a template. A slot whose instruction is the word ``fixed`` takes ``fixed`` and is never asked."""
+
+    name: str
+    instruction: str
+    fixed: str | None = None
+
+    @property
+    def is_fixed(self) -> bool:
+        return self.instruction == FIXED_INSTRUCTION
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """A habit: an answer text, a template with slots, or a procedure's steps."""
+
+    id: str
+    kind: OptionKind = OptionKind.ANSWER
+    label: str = ""
+    description: str = ""
+    text: str | None = None
+    template: str | None = None
+    slots: tuple[Slot, ...] = ()
+    steps: str | None = None
+    origin: Origin = Origin.SEED
+    line: int | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            object.__setattr__(self, "label", self.id)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A category. It has children or options, never both; ``label_scheme`` is already inherited."""
+
+    id: str
+    label: str = ""
+    description: str = ""
+    label_scheme: LabelScheme = LabelScheme.LETTERS
+    children: tuple[Node, ...] = ()
+    options: tuple[Option, ...] = ()
+    line: int | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            object.__setattr__(self, "label", self.id)
+
+    @property
+    def is_leaf(self) -> bool:
+        """A node without children: its candidates are its options (habits)."""
+        return not self.children
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A whole tree with id look-ups. ``source`` names the file it came from, for messages."""
+
+    root: Node
+    source: str | None = None
+
+    def iter_nodes(self) -> Iterator[tuple[Node, int]]:
+        """Every node with its layer (root = 1), depth first, in file order."""
+        stack: list[tuple[Node, int]] = [(self.root, 1)]
+        while stack:
+            node, layer = stack.pop()
+            yield node, layer
+            stack.extend((child, layer + 1) for child in reversed(node.children))
+
+    @cached_property
+    def _index(self) -> dict[str, tuple[Node, Node | None]]:
+        index: dict[str, tuple[Node, Node | None]] = {self.root.id: (self.root, None)}
+        for node, _ in self.iter_nodes():
+            for child in node.children:
+                index[child.id] = (child, node)
+        return index
+
+    @cached_property
+    def _options(self) -> dict[str, tuple[Option, Node]]:
+        return {option.id: (option, node) for node, _ in self.iter_nodes() for option in node.options}
+
+    def node(self, node_id: str) -> Node:
+        """The node with this id; ``KeyError`` when there is none."""
+        return self._index[node_id][0]
+
+    def has_node(self, node_id: str) -> bool:
+        return node_id in self._index
+
+    def option(self, option_id: str) -> Option:
+        """The option with this id; ``KeyError`` when there is none."""
+        return self._options[option_id][0]
+
+    def has_option(self, option_id: str) -> bool:
+        return option_id in self._options
+
+    def owner(self, option_id: str) -> Node:
+        """The node an option hangs under."""
+        return self._options[option_id][1]
+
+    def parent(self, node_id: str) -> Node | None:
+        """The parent of a node (None for the root)."""
+        return self._index[node_id][1]
+
+    def path_to(self, node_id: str) -> tuple[Node, ...]:
+        """The nodes from the root down to ``node_id``, both included."""
+        path: list[Node] = []
+        current: Node | None = self.node(node_id)
+        while current is not None:
+            path.append(current)
+            current = self.parent(current.id)
+        return tuple(reversed(path))
+
+    def options(self) -> Iterator[tuple[Option, Node]]:
+        """Every option with the node it hangs under, in file order."""
+        for node, _ in self.iter_nodes():
+            for option in node.options:
+                yield option, node

@@ -1,0 +1,223 @@
+"""Tree files: what loads, what the writer leaves out, and the errors that name file, line and node."""
+
+from __future__ import annotations
+
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gil_core.errors import GilError, LabelCapacityError, TreeFileError
+from gil_core.ontology import (
+    LabelScheme,
+    Node,
+    Option,
+    OptionKind,
+    Origin,
+    Slot,
+    Tree,
+    TreeLintWarning,
+    dump_tree,
+    lint_tree,
+    load_tree,
+    parse_tree,
+)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "tree.yaml"
+    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+    return path
+
+
+def load_error(path: Path) -> TreeFileError:
+    with pytest.raises(TreeFileError) as caught:
+        load_tree(path)
+    return caught.value
+
+
+def test_a_yaml_syntax_error_names_file_line_and_the_enclosing_node(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        id: root
+        children:
+        - id: billing
+          description: "unclosed
+        - id: shipping
+        """,
+    )
+    error = load_error(path)
+    assert error.path == str(path) and error.node == "billing" and error.line is not None
+    assert error.line >= 4
+    assert f"{path}:{error.line}" in str(error) and "'billing'" in str(error)
+    assert isinstance(error, GilError)
+
+
+def test_a_duplicate_id_names_the_line_of_the_second_one(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        id: root
+        children:
+        - id: billing
+          options:
+          - id: refund
+            text: a
+        - id: refund
+          description: again
+        """,
+    )
+    error = load_error(path)
+    assert (error.line, error.node) == (7, "refund")
+    assert "duplicate id (first at line 5)" in str(error) and f"{path}:7" in str(error)
+
+
+def test_a_node_with_children_and_options_is_refused(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        id: root
+        children:
+        - id: billing
+          children:
+          - id: cards
+          options:
+          - id: refund
+            text: a
+        """,
+    )
+    error = load_error(path)
+    assert (error.line, error.node) == (3, "billing")
+    assert "either 'children' or 'options'" in str(error)
+
+
+def test_more_candidates_than_the_scheme_holds_is_a_capacity_error(tmp_path: Path) -> None:
+    options = "".join(f"  - id: o{i}\n    text: t{i}\n" for i in range(10))
+    path = write(tmp_path, "id: root\nlabel_scheme: digits\noptions:\n" + options)
+    error = load_error(path)
+    assert isinstance(error, LabelCapacityError)
+    assert (error.line, error.node) == (1, "root") and "capacity of 9" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "node", "words"),
+    [
+        ("id: root\ncolour: red\n", 2, None, "unknown key 'colour'"),
+        ("id: root\noptions:\n- id: a\n  kind: poem\n  text: x\n", 4, "a", "'kind' cannot be 'poem'"),
+        ("id: root\noptions:\n- id: a\n  kind: template\n", 3, "a", "needs 'template'"),
+        ("id: root\noptions:\n- id: a\n", 3, "a", "needs 'text'"),
+        ("id: root\nchildren: nope\n", 2, "root", "'children' must be a list"),
+        ("- id: root\n", 1, None, "must be a mapping"),
+        ("description: x\n", 1, None, "needs an 'id'"),
+        ("id: root\noptions:\n- id: a\n  text: [1, 2]\n", 4, "a", "'text' must be text"),
+        (
+            "id: root\noptions:\n- id: a\n  kind: template\n  template: 'Order {order}'\n",
+            3,
+            "a",
+            "blanks without a slot: order",
+        ),
+        (
+            "id: root\noptions:\n- id: a\n  kind: template\n  template: x\n  slots:\n  - name: s\n"
+            "    instruction: fixed\n",
+            7,
+            "a",
+            "exactly when its instruction is the word 'fixed'",
+        ),
+    ],
+)
+def test_malformed_files_say_what_and_where(
+    tmp_path: Path, body: str, line: int, node: str | None, words: str
+) -> None:
+    error = load_error(write(tmp_path, body))
+    assert (error.line, error.node) == (line, node)
+    assert words in str(error) and str(tmp_path / "tree.yaml") in str(error)
+
+
+def test_an_empty_file_is_refused(tmp_path: Path) -> None:
+    assert "holds no tree" in str(load_error(write(tmp_path, "# nothing\n")))
+
+
+def test_a_missing_file_is_a_tree_file_error(tmp_path: Path) -> None:
+    assert "cannot read" in str(load_error(tmp_path / "absent.yaml"))
+
+
+def test_label_scheme_is_inherited_and_written_only_where_it_changes() -> None:
+    tree = parse_tree(
+        "id: root\nchildren:\n- id: a\n  label_scheme: digits\n  children:\n  - id: b\n    options:\n"
+        "    - id: x\n      text: t\n"
+    )
+    assert tree.root.label_scheme is LabelScheme.LETTERS
+    assert tree.node("b").label_scheme is LabelScheme.DIGITS
+    assert dump_tree(tree).count("label_scheme") == 1
+
+
+def test_the_writer_omits_defaults_and_keeps_what_differs() -> None:
+    option = Option(id="x", label="x", description="", text="hello", origin=Origin.SEED)
+    promoted = Option(id="y", label="Why", text="there", origin=Origin.PROMOTED)
+    tree = Tree(Node(id="root", label="root", options=(option, promoted)))
+    assert dump_tree(tree) == (
+        "id: root\noptions:\n- id: x\n  text: hello\n- id: y\n  label: Why\n  text: there\n  origin: promoted\n"
+    )
+
+
+def test_lint_warns_when_sibling_descriptions_share_a_distinctive_word() -> None:
+    text = (
+        "id: root\nchildren:\n- id: a\n  description: refunds for broken kettles\n  options:\n  - id: x\n"
+        "    text: t\n- id: b\n  description: kettles that never arrived\n  options:\n  - id: y\n    text: t\n"
+    )
+    with pytest.warns(TreeLintWarning, match="'a' and 'b' share kettles"):
+        tree = parse_tree(text, source="kettles.yaml")
+    assert [f.node for f in lint_tree(tree)] == ["root"]
+
+
+_ids = st.text(alphabet="abcdefghijklmnop-", min_size=1, max_size=8).filter(lambda s: s.strip("-"))
+_texts = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=0, max_size=30
+) | st.sampled_from(["yes", "null", "~", "1.5", "- x", "a: b", "'q'", "#c", " lead", "trail ", "{x}"])
+
+
+@st.composite
+def trees(draw: st.DrawFn) -> Tree:
+    counter = iter(range(10_000))
+
+    def fresh(prefix: str) -> str:
+        return f"{prefix}{next(counter)}-{draw(_ids)}"
+
+    def option() -> Option:
+        kind = draw(st.sampled_from(list(OptionKind)))
+        common = {
+            "id": fresh("o"),
+            "label": draw(_texts),
+            "description": draw(_texts),
+            "origin": draw(st.sampled_from(list(Origin))),
+        }
+        if kind is OptionKind.ANSWER:
+            return Option(kind=kind, text=draw(_texts), **common)
+        if kind is OptionKind.PROCEDURE:
+            return Option(kind=kind, steps=draw(_texts), **common)
+        slot = Slot("s", "fixed", draw(_texts)) if draw(st.booleans()) else Slot("s", draw(_ids))
+        return Option(kind=kind, template="before {s} after", slots=(slot,), **common)
+
+    def node(depth: int) -> Node:
+        scheme = draw(st.sampled_from(list(LabelScheme)))
+        common = {"id": fresh("n"), "label": draw(_texts), "description": draw(_texts), "label_scheme": scheme}
+        if depth < 2 and draw(st.booleans()):
+            return Node(children=tuple(node(depth + 1) for _ in range(draw(st.integers(1, 3)))), **common)
+        return Node(options=tuple(option() for _ in range(draw(st.integers(0, 3)))), **common)
+
+    return Tree(node(0))
+
+
+@settings(max_examples=150, deadline=None)
+@given(trees())
+def test_write_then_load_gives_the_same_tree_and_the_same_bytes(tree: Tree) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TreeLintWarning)
+        text = dump_tree(tree)
+        again = parse_tree(text)
+    assert again.root == tree.root
+    assert dump_tree(again) == text
