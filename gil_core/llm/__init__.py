@@ -1,5 +1,6 @@
 """Model ports (chat, embeddings), their OpenAI-compatible adapters, and the call recorder."""
 
+from gil_core.llm.openai_compat import OpenAICompatibleChatModel, OpenAICompatibleEmbeddingModel
 from gil_core.llm.ports import (
     ChatModel,
     Completion,
@@ -17,6 +18,8 @@ __all__ = [
     "EmbeddingModel",
     "Embeddings",
     "Message",
+    "OpenAICompatibleChatModel",
+    "OpenAICompatibleEmbeddingModel",
     "ServerTimings",
     "TokenLogprob",
     "Usage",

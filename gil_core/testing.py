@@ -1,0 +1,519 @@
+"""Fakes that behave like the real thing, for tests of Gil and of code built on it.
+
+They are working implementations, not mocks: ``ScriptedChatModel`` answers from a script the way the HTTP
+adapter would (logprobs only when asked, typed errors on failure), ``HashEmbeddingModel`` embeds
+deterministically without a model, and ``ScriptedOpenAIServer`` speaks the OpenAI-compatible protocol on
+loopback, so the httpx adapters are tested over a real socket, failure modes included.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Literal, Self, cast, get_args
+
+from gil_core.errors import (
+    BadResponseError,
+    ConfigurationError,
+    ModelError,
+    ModelUnavailableError,
+    RateLimitedError,
+)
+from gil_core.llm.ports import Completion, Embeddings, Message, ServerTimings, TokenLogprob, Usage
+
+__all__ = [
+    "FailureKind",
+    "HashEmbeddingModel",
+    "ReceivedRequest",
+    "ScriptedCall",
+    "ScriptedChatModel",
+    "ScriptedOpenAIServer",
+    "ScriptedReply",
+]
+
+FailureKind = Literal[
+    "refuse", "hang", "garbage", "no_logprobs", "empty", "truncated",
+    "400", "401", "404", "429", "500", "502", "503", "504",
+]  # fmt: skip
+"""What ``enqueue_failure`` can script; the numbers are HTTP statuses answered with an OpenAI error body."""
+
+_CHAT_PATH = "/v1/chat/completions"
+_EMBEDDINGS_PATH = "/v1/embeddings"
+# "auto" timings: roughly a small model on a CPU, so energy fits over fake traffic see plausible magnitudes.
+_PROMPT_MS_PER_TOKEN = 1.0
+_PREDICTED_MS_PER_TOKEN = 10.0
+_MAX_HANG_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedReply:
+    """One successful chat reply to script.
+
+    ``top_logprobs`` None means "certain of its content": the content itself with logprob 0.0 (when asked).
+    ``usage`` None counts words as tokens; ``timings`` "auto" derives llama.cpp-style timings from the usage.
+    ``omit_logprobs`` leaves logprobs out even when asked, as servers without logprob support do.
+    """
+
+    content: str = ""
+    top_logprobs: Sequence[tuple[str, float | None]] | None = None
+    usage: Usage | None = None
+    timings: ServerTimings | Literal["auto"] | None = "auto"
+    finish_reason: str | None = "stop"
+    omit_logprobs: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    kind: FailureKind
+    retry_after: float | str | None = None
+
+    def to_error(self, endpoint: str) -> ModelError:
+        """The error the HTTP adapter would raise after this failure (for the in-process fake)."""
+        if self.kind == "429":
+            retry_after = float(self.retry_after) if isinstance(self.retry_after, int | float) else None
+            return RateLimitedError("rate limited (scripted)", endpoint=endpoint, retry_after=retry_after)
+        if self.kind == "garbage":
+            return BadResponseError("reply is not JSON (scripted)", endpoint=endpoint)
+        status = int(self.kind) if self.kind.isdigit() else None
+        kind = BadResponseError if status is not None and status < 500 else ModelUnavailableError
+        return kind(f"scripted failure {self.kind!r}", endpoint=endpoint, status=status)
+
+
+@dataclass(frozen=True, slots=True)
+class _RawReply:
+    status: int
+    body: Mapping[str, Any] | Sequence[Any]
+
+
+_Item = Completion | ScriptedReply | _Failure | _RawReply
+
+
+def _count_words(texts: Sequence[str]) -> int:
+    return sum(len(text.split()) for text in texts)
+
+
+def _realize(item: Completion | ScriptedReply, prompt: Sequence[str], asked: int, model: str) -> Completion:
+    """What the real adapter would return for ``item``: alternatives only when asked, at most ``asked``."""
+    if isinstance(item, ScriptedReply):
+        usage = item.usage or Usage(
+            prompt_tokens=_count_words(prompt), completion_tokens=_count_words([item.content])
+        )
+        timings = item.timings
+        if timings == "auto":
+            timings = ServerTimings(
+                prompt_ms=_PROMPT_MS_PER_TOKEN * usage.prompt_tokens,
+                predicted_ms=_PREDICTED_MS_PER_TOKEN * usage.completion_tokens,
+            )
+        alternatives = tuple(TokenLogprob(token, logprob) for token, logprob in item.top_logprobs or ())
+        item = Completion(item.content, alternatives, usage, timings, model, item.finish_reason)
+    if asked <= 0 or (item.content == "" and not item.top_logprobs):
+        return replace(item, top_logprobs=())
+    return replace(item, top_logprobs=(item.top_logprobs or (TokenLogprob(item.content, 0.0),))[:asked])
+
+
+class _Script:
+    """The queue of scripted replies shared by the in-process model and the HTTP server."""
+
+    def __init__(self) -> None:
+        self._queue: deque[_Item] = deque()
+        self._lock = threading.Lock()
+
+    @property
+    def pending(self) -> int:
+        """How many scripted replies are still queued."""
+        with self._lock:
+            return len(self._queue)
+
+    def enqueue(
+        self,
+        content: str | Completion | ScriptedReply = "",
+        *,
+        top_logprobs: Sequence[tuple[str, float | None]] | None = None,
+        usage: Usage | None = None,
+        timings: ServerTimings | Literal["auto"] | None = "auto",
+        finish_reason: str | None = "stop",
+    ) -> None:
+        """Queue one reply; keywords apply when ``content`` is text (a logprob of None means −∞)."""
+        if isinstance(content, str):
+            content = ScriptedReply(content, top_logprobs, usage, timings, finish_reason)
+        self._push(content)
+
+    def enqueue_failure(self, kind: FailureKind, *, retry_after: float | str | None = None) -> None:
+        """Queue one failure (several to test retries); ``retry_after`` (seconds, HTTP-date) is for "429"."""
+        if kind not in get_args(FailureKind):
+            raise ValueError(f"unknown failure {kind!r}; one of {get_args(FailureKind)}")
+        if kind == "empty":
+            self._push(ScriptedReply(""))
+        elif kind == "truncated":
+            self._push(ScriptedReply("The answer is", finish_reason="length"))
+        elif kind == "no_logprobs":
+            self._push(ScriptedReply("yes", omit_logprobs=True))
+        else:
+            self._push(_Failure(kind, retry_after))
+
+    def _push(self, item: _Item) -> None:
+        with self._lock:
+            self._queue.append(item)
+
+    def _take(self, accept: Callable[[_Item], bool]) -> _Item | None:
+        with self._lock:
+            if self._queue and accept(self._queue[0]):
+                return self._queue.popleft()
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedCall:
+    """One call a ``ScriptedChatModel`` received."""
+
+    messages: tuple[Message, ...]
+    kwargs: Mapping[str, Any]
+
+
+class ScriptedChatModel(_Script):
+    """In-process ``ChatModel`` answering from a script, then from ``responder(messages, **kwargs)`` if given.
+
+    Failures queued with ``enqueue_failure`` raise the typed error the HTTP adapter raises after its retries.
+    """
+
+    def __init__(self, *, name: str = "scripted", responder: Callable[..., Completion] | None = None) -> None:
+        super().__init__()
+        self._name = name
+        self._responder = responder
+        self.history: list[ScriptedCall] = []
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int,
+        temperature: float = 0.0,
+        top_logprobs: int = 0,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> Completion:
+        """The next scripted reply; ``ModelUnavailableError`` once the script ran out, without a responder."""
+        kwargs = {
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_logprobs": top_logprobs,
+            "extra_body": extra_body,
+        }
+        self.history.append(ScriptedCall(tuple(messages), kwargs))
+        endpoint = f"scripted://{self._name}"
+        item = self._take(lambda _: True)
+        if item is None and self._responder is not None:
+            item = self._responder(messages, **kwargs)
+        if item is None:
+            raise ModelUnavailableError(
+                "the script ran out: nothing queued and no responder", endpoint=endpoint
+            )
+        if isinstance(item, _Failure):
+            raise item.to_error(endpoint)
+        if isinstance(item, _RawReply):  # pragma: no cover - only the server queues raw replies
+            raise TypeError("raw HTTP replies belong to ScriptedOpenAIServer")
+        if isinstance(item, ScriptedReply) and item.omit_logprobs and top_logprobs > 0:
+            raise BadResponseError(
+                f"no logprobs in the reply although top_logprobs={top_logprobs} was asked", endpoint=endpoint
+            )
+        return _realize(item, [message["content"] for message in messages], top_logprobs, self._name)
+
+
+class HashEmbeddingModel:
+    """Deterministic ``EmbeddingModel``: character 3-grams hashed (blake2b) to signed buckets, L2-normalised.
+
+    Texts sharing many 3-grams get a high cosine, unrelated texts a cosine near 0; identical in every process.
+    """
+
+    def __init__(self, dimensions: int = 64, *, name: str = "hash-embedding") -> None:
+        if dimensions < 1:
+            raise ConfigurationError(f"dimensions must be at least 1, got {dimensions}")
+        self.dimensions = dimensions
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def embed_text(self, text: str) -> tuple[float, ...]:
+        """One text's unit vector (all zeros for a text without characters)."""
+        vector = [0.0] * self.dimensions
+        padded = f" {' '.join(text.lower().split())} "
+        for start in range(len(padded) - 2):
+            digest = hashlib.blake2b(padded[start : start + 3].encode(), digest_size=8).digest()
+            number = int.from_bytes(digest, "big")
+            vector[number % self.dimensions] += 1.0 if number >> 63 else -1.0
+        norm = math.sqrt(sum(x * x for x in vector))
+        return tuple(x / norm for x in vector) if norm else tuple(vector)
+
+    async def embed(self, texts: Sequence[str]) -> Embeddings:
+        """Vectors in order; ``usage.prompt_tokens`` counts words."""
+        return Embeddings(
+            vectors=tuple(self.embed_text(text) for text in texts),
+            usage=Usage(prompt_tokens=_count_words(texts)),
+            model=self._name,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedRequest:
+    """One request ``ScriptedOpenAIServer`` received: path, JSON body, headers with lower-case names."""
+
+    path: str
+    body: Mapping[str, Any]
+    headers: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Response:
+    status: int
+    payload: bytes
+    content_type: str = "application/json"
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def _json_response(status: int, body: object, headers: Mapping[str, str] | None = None) -> _Response:
+    return _Response(status, json.dumps(body, ensure_ascii=False).encode(), headers=headers or {})
+
+
+def _error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> _Response:
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return _json_response(status, {"error": {"message": message, "type": kind, "code": status}}, headers)
+
+
+def _completion_json(completion: Completion, asked: int, omit_logprobs: bool) -> dict[str, Any]:
+    """``completion`` in the OpenAI chat layout, with llama.cpp's ``timings`` when it has them."""
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": {"role": "assistant", "content": completion.content},
+        "finish_reason": completion.finish_reason,
+    }
+    if asked > 0 and not omit_logprobs:
+        alternatives = [{"token": t.token, "logprob": t.logprob} for t in completion.top_logprobs]
+        first = [{**alternatives[0], "top_logprobs": alternatives}] if alternatives else []
+        choice["logprobs"] = {"content": first}
+    usage = completion.usage
+    reply: dict[str, Any] = {
+        "object": "chat.completion",
+        "model": completion.model,
+        "choices": [choice],
+        "usage": {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        },
+    }
+    if completion.timings is not None:
+        reply["timings"] = {
+            "prompt_ms": completion.timings.prompt_ms,
+            "predicted_ms": completion.timings.predicted_ms,
+        }
+    return reply
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False  # a hanging handler must never hold up close()
+
+    def __init__(self, owner: ScriptedOpenAIServer) -> None:
+        self.owner = owner
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        response = cast(_HTTPServer, self.server).owner._answer(self.path, raw, headers)
+        if response is None:
+            return  # the connection closes without a reply
+        try:
+            self.send_response(response.status)
+            for name, value in {**response.headers, "Content-Type": response.content_type}.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(response.payload)))
+            self.end_headers()
+            self.wfile.write(response.payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (its timeout); nothing to tell it
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # keep test output clean
+
+
+class ScriptedOpenAIServer(_Script):
+    """An OpenAI-compatible HTTP server on 127.0.0.1 (ephemeral port) answering from a script.
+
+    ``POST /v1/chat/completions`` takes the queue (``enqueue``, ``enqueue_failure``, ``enqueue_json``), then
+    ``responder(body)``, else answers 500. ``POST /v1/embeddings`` answers with ``HashEmbeddingModel`` vectors
+    unless a failure or raw JSON reply is next in the queue. ``requests`` records every request received.
+    """
+
+    def __init__(
+        self,
+        *,
+        responder: Callable[[Mapping[str, Any]], ScriptedReply | Completion | str] | None = None,
+        api_key: str | None = None,
+        embedding_dimensions: int = 64,
+        hang_seconds: float = _MAX_HANG_SECONDS,
+    ) -> None:
+        super().__init__()
+        self._responder = responder
+        self._api_key = api_key
+        self._embedder = HashEmbeddingModel(embedding_dimensions)
+        self._hang_seconds = min(hang_seconds, _MAX_HANG_SECONDS)
+        self._closing = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._listening = False
+        self._state_lock = threading.Lock()
+        self.requests: list[ReceivedRequest] = []
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``."""
+        if self._httpd is None:
+            raise RuntimeError("ScriptedOpenAIServer is not started: use `with` or call start()")
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def start(self) -> Self:
+        """Bind an ephemeral loopback port and serve from a background thread."""
+        if self._httpd is not None:
+            raise RuntimeError("ScriptedOpenAIServer is already started")
+        self._httpd = _HTTPServer(self)
+        # A short poll interval keeps shutdown (and "refuse") fast.
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
+        self._thread.start()
+        self._listening = True
+        self._refuse_if_next()
+        return self
+
+    def close(self) -> None:
+        """Release hanging requests, stop serving and close the socket; safe to call twice."""
+        self._closing.set()
+        if self._httpd is None:
+            return
+        self._stop_listening()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def enqueue_json(self, body: Mapping[str, Any] | Sequence[Any], *, status: int = 200) -> None:
+        """Queue a reply sent verbatim, for shapes the protocol does not promise; either endpoint takes it."""
+        self._push(_RawReply(status, body))
+
+    def _push(self, item: _Item) -> None:
+        super()._push(item)
+        self._refuse_if_next()
+
+    def _refuse_if_next(self) -> None:
+        """Stop listening once a queued "refuse" is next, so the following connect is refused."""
+        with self._lock:
+            head = self._queue[0] if self._queue and self._listening else None
+            refuse = isinstance(head, _Failure) and head.kind == "refuse"
+            if refuse:
+                self._queue.popleft()
+        if refuse:
+            self._stop_listening()
+
+    def _stop_listening(self) -> None:
+        with self._state_lock:
+            if not self._listening or self._httpd is None:
+                return
+            self._listening = False
+        self._httpd.shutdown()
+        self._httpd.socket.close()
+
+    def _answer(self, path: str, raw: bytes, headers: Mapping[str, str]) -> _Response | None:
+        """The reply to one request (None: close the connection without one). Runs on a handler thread."""
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return _error_response(400, "request body is not a JSON object")
+        with self._lock:
+            self.requests.append(ReceivedRequest(path, body, headers))
+        if self._api_key is not None and headers.get("authorization") != f"Bearer {self._api_key}":
+            return _error_response(401, "invalid api key")
+        if path not in (_CHAT_PATH, _EMBEDDINGS_PATH):
+            return _error_response(404, f"no route {path}")
+        chat = path == _CHAT_PATH
+        item = self._take(lambda head: chat or isinstance(head, _Failure | _RawReply))
+        self._refuse_if_next()
+        if isinstance(item, _Failure):
+            return self._fail(item)
+        if isinstance(item, _RawReply):
+            return _json_response(item.status, item.body)
+        if not chat:
+            return self._embeddings(body)
+        return self._chat(body, item)
+
+    def _fail(self, failure: _Failure) -> _Response | None:
+        if failure.kind == "hang":
+            self._closing.wait(self._hang_seconds)
+            return None
+        if failure.kind == "refuse":  # a connect that raced the listener's close
+            return None
+        if failure.kind == "garbage":
+            return _Response(200, b"<html><body>502 Bad Gateway (not JSON)</body></html>", "text/html")
+        headers: dict[str, str] = {}
+        if failure.kind == "429" and failure.retry_after is not None:
+            value = failure.retry_after
+            headers["Retry-After"] = value if isinstance(value, str) else f"{value:g}"
+        return _error_response(int(failure.kind), f"scripted failure {failure.kind}", headers)
+
+    def _chat(self, body: Mapping[str, Any], item: _Item | None) -> _Response:
+        if item is None and self._responder is not None:
+            try:
+                answer = self._responder(body)
+            except Exception as exc:  # the test's responder is broken: say so in the reply
+                return _error_response(500, f"responder raised {exc!r}")
+            item = ScriptedReply(answer) if isinstance(answer, str) else answer
+        if not isinstance(item, Completion | ScriptedReply):
+            return _error_response(500, "ScriptedOpenAIServer: nothing queued and no responder")
+        messages = body.get("messages")
+        prompt = [
+            m["content"] for m in messages or () if isinstance(m, dict) and isinstance(m.get("content"), str)
+        ]
+        asked = int(body.get("top_logprobs") or 0) if body.get("logprobs") else 0
+        model = body.get("model") if isinstance(body.get("model"), str) else "scripted-model"
+        completion = _realize(item, prompt, asked, str(model))
+        omit = isinstance(item, ScriptedReply) and item.omit_logprobs
+        return _json_response(200, _completion_json(completion, asked, omit))
+
+    def _embeddings(self, body: Mapping[str, Any]) -> _Response:
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(texts, list) or not all(isinstance(text, str) for text in texts):
+            return _error_response(400, "input must be a string or a list of strings")
+        data = [
+            {"object": "embedding", "index": index, "embedding": list(self._embedder.embed_text(text))}
+            for index, text in enumerate(texts)
+        ]
+        tokens = _count_words(texts)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        model = body.get("model", self._embedder.name)
+        return _json_response(200, {"object": "list", "data": data, "model": model, "usage": usage})
