@@ -102,9 +102,7 @@ def _count_words(texts: Sequence[str]) -> int:
 def _realize(item: Completion | ScriptedReply, prompt: Sequence[str], asked: int, model: str) -> Completion:
     """What the real adapter would return for ``item``: alternatives only when asked, at most ``asked``."""
     if isinstance(item, ScriptedReply):
-        usage = item.usage or Usage(
-            prompt_tokens=_count_words(prompt), completion_tokens=_count_words([item.content])
-        )
+        usage = item.usage or Usage(prompt_tokens=_count_words(prompt), completion_tokens=_count_words([item.content]))
         timings = item.timings
         if timings == "auto":
             timings = ServerTimings(
@@ -215,9 +213,7 @@ class ScriptedChatModel(_Script):
         if item is None and self._responder is not None:
             item = self._responder(messages, **kwargs)
         if item is None:
-            raise ModelUnavailableError(
-                "the script ran out: nothing queued and no responder", endpoint=endpoint
-            )
+            raise ModelUnavailableError("the script ran out: nothing queued and no responder", endpoint=endpoint)
         if isinstance(item, _Failure):
             raise item.to_error(endpoint)
         if isinstance(item, _RawReply):  # pragma: no cover - only the server queues raw replies
@@ -495,9 +491,7 @@ class ScriptedOpenAIServer(_Script):
         if not isinstance(item, Completion | ScriptedReply):
             return _error_response(500, "ScriptedOpenAIServer: nothing queued and no responder")
         messages = body.get("messages")
-        prompt = [
-            m["content"] for m in messages or () if isinstance(m, dict) and isinstance(m.get("content"), str)
-        ]
+        prompt = [m["content"] for m in messages or () if isinstance(m, dict) and isinstance(m.get("content"), str)]
         asked = int(body.get("top_logprobs") or 0) if body.get("logprobs") else 0
         model = body.get("model") if isinstance(body.get("model"), str) else "scripted-model"
         completion = _realize(item, prompt, asked, str(model))

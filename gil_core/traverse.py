@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from gil_core.errors import ConfigurationError
@@ -117,9 +117,7 @@ class GreedyTraverser:
             if not candidates:
                 steps.append(Step(node=node.id, layer=layer, outcome="skip"))
                 return Traversal(tuple(steps), exit_reason="skip")
-            judgment = await self._judge.judge(
-                request, node.id, candidates, scheme=node.label_scheme, layer=layer
-            )
+            judgment = await self._judge.judge(request, node.id, candidates, scheme=node.label_scheme, layer=layer)
             dist = judgment.distribution
             reason: ExitReason | None = None
             if not dist.trusted:
@@ -128,22 +126,23 @@ class GreedyTraverser:
                 reason = "none_selected"
             elif dist.confidence < self._thresholds.for_node(node, layer):
                 reason = "low_confidence"
-            common = {
-                "node": node.id,
-                "layer": layer,
-                "p": dist.confidence,
-                "probs": dist.probs,
-                "energy": judgment.energy,
-                "none_prob": dist.none_prob,
-            }
+            judged = Step(
+                node=node.id,
+                layer=layer,
+                outcome="exit",
+                p=dist.confidence,
+                probs=dist.probs,
+                energy=judgment.energy,
+                none_prob=dist.none_prob,
+            )
             if reason is not None:
-                steps.append(Step(outcome="exit", **common))
+                steps.append(judged)
                 return Traversal(tuple(steps), exit_reason=reason)
             chosen = next(c for c in candidates if c.id == dist.choice)
             if chosen.is_shadow:
-                steps.append(Step(outcome="defer", chosen=chosen.id, **common))
+                steps.append(replace(judged, outcome="defer", chosen=chosen.id))
                 return Traversal(tuple(steps), exit_reason="shadow", shadow=chosen)
-            steps.append(Step(outcome="accept", chosen=chosen.id, **common))
+            steps.append(replace(judged, outcome="accept", chosen=chosen.id))
             if node.is_leaf:
                 return Traversal(tuple(steps), habit=tree.option(chosen.id))
             node, layer = tree.node(chosen.id), layer + 1

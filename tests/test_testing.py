@@ -181,9 +181,7 @@ def test_hash_embedding_of_empty_text_is_the_zero_vector() -> None:
 
 def test_hash_embeddings_are_identical_across_processes() -> None:
     """blake2b, not Python's salted hash(): another interpreter with another hash seed gets the same."""
-    code = (
-        "from gil_core.testing import HashEmbeddingModel; print(repr(HashEmbeddingModel().embed_text('abc')))"
-    )
+    code = "from gil_core.testing import HashEmbeddingModel; print(repr(HashEmbeddingModel().embed_text('abc')))"
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == repr(HashEmbeddingModel().embed_text("abc"))
@@ -265,10 +263,7 @@ def test_server_rejects_a_wrong_api_key_unknown_paths_and_non_json(server: Scrip
     assert httpx.post(f"{server.base_url}/embeddings", content=b"{", timeout=5.0).status_code == 400
     with ScriptedOpenAIServer(api_key="k") as guarded:
         assert post(guarded, "/embeddings", {"input": "x"}).status_code == 401
-        assert (
-            post(guarded, "/embeddings", {"input": "x"}, headers={"Authorization": "Bearer k"}).status_code
-            == 200
-        )
+        assert post(guarded, "/embeddings", {"input": "x"}, headers={"Authorization": "Bearer k"}).status_code == 200
 
 
 def test_server_failure_429_sends_retry_after(server: ScriptedOpenAIServer) -> None:

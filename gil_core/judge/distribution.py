@@ -60,9 +60,7 @@ def read_distribution(
         if symbol in terms and alternative.logprob is not None:
             terms[symbol].append(math.exp(alternative.logprob))
     label_mass = math.fsum(value for values in terms.values() for value in values)
-    probs = {
-        symbol: (math.fsum(values) / label_mass if label_mass > 0 else 0.0) for symbol, values in terms.items()
-    }
+    probs = {symbol: (math.fsum(values) / label_mass if label_mass > 0 else 0.0) for symbol, values in terms.items()}
     winner_symbol = min(probs, key=lambda symbol: (-probs[symbol], symbol))
     winner = by_symbol[winner_symbol]
     trusted = label_mass >= trust_threshold

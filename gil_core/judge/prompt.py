@@ -51,7 +51,7 @@ def order_candidates(
 def label_candidates(
     candidates: Sequence[Candidate], scheme: LabelScheme, *, node_id: str | None = None
 ) -> tuple[CandidateShown, ...]:
-    """"None of these" takes the scheme's first symbol; the candidates take the following ones, in order."""
+    """ "None of these" takes the scheme's first symbol; the candidates take the following ones, in order."""
     symbols = scheme.candidate_symbols(len(candidates), node=node_id)
     shown = [CandidateShown(id=None, shown_as=scheme.none_symbol)]
     shown += [
@@ -61,9 +61,7 @@ def label_candidates(
     return tuple(shown)
 
 
-def build_judge_messages(
-    language: PromptLanguage, request: str, shown: Sequence[CandidateShown]
-) -> list[Message]:
+def build_judge_messages(language: PromptLanguage, request: str, shown: Sequence[CandidateShown]) -> list[Message]:
     """System = the judge instruction; user = the framed request, a blank line, and the question with one
     line per shown label, "none of these" first."""
     lines = [

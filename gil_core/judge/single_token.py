@@ -95,9 +95,7 @@ class SingleTokenJudge:
                 top_logprobs=TOP_LOGPROBS,
                 extra_body=self._extra_body,
             )
-            distribution = read_distribution(
-                completion.top_logprobs, shown, trust_threshold=self._trust_threshold
-            )
+            distribution = read_distribution(completion.top_logprobs, shown, trust_threshold=self._trust_threshold)
             scope.annotate(
                 distribution=distribution.probs,
                 label_mass=distribution.label_mass,

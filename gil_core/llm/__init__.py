@@ -11,11 +11,22 @@ from gil_core.llm.ports import (
     TokenLogprob,
     Usage,
 )
+from gil_core.llm.recorder import (
+    CallRecorder,
+    CallScope,
+    EmbeddingRecorder,
+    call_scope,
+    current_trace_id,
+    trace_scope,
+)
 
 __all__ = [
+    "CallRecorder",
+    "CallScope",
     "ChatModel",
     "Completion",
     "EmbeddingModel",
+    "EmbeddingRecorder",
     "Embeddings",
     "Message",
     "OpenAICompatibleChatModel",
@@ -23,4 +34,7 @@ __all__ = [
     "ServerTimings",
     "TokenLogprob",
     "Usage",
+    "call_scope",
+    "current_trace_id",
+    "trace_scope",
 ]

@@ -122,9 +122,7 @@ class _OpenAICompatibleClient:
         if max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
         if timeout <= 0 or max_retry_wait < 0:
-            raise ConfigurationError(
-                f"timeout must be > 0 and max_retry_wait >= 0 ({timeout}, {max_retry_wait})"
-            )
+            raise ConfigurationError(f"timeout must be > 0 and max_retry_wait >= 0 ({timeout}, {max_retry_wait})")
         self._base_url = base_url.rstrip("/")
         self._model = model
         self._api_key = api_key
@@ -191,9 +189,7 @@ class _OpenAICompatibleClient:
                 ModelUnavailableError, url, f"cannot reach the server ({type(exc).__name__}: {exc})"
             ) from exc
         except httpx.HTTPError as exc:
-            raise self._error(
-                BadResponseError, url, f"unreadable reply ({type(exc).__name__}: {exc})"
-            ) from exc
+            raise self._error(BadResponseError, url, f"unreadable reply ({type(exc).__name__}: {exc})") from exc
         latency_ms = (time.perf_counter() - started) * 1000.0
         try:
             response.raise_for_status()
@@ -206,9 +202,7 @@ class _OpenAICompatibleClient:
                 BadResponseError, url, f"reply is not JSON: {response.text[:_MAX_QUOTED_BODY]!r}"
             ) from exc
         if not isinstance(data, dict):
-            raise self._error(
-                BadResponseError, url, f"reply is JSON but not an object: {type(data).__name__}"
-            )
+            raise self._error(BadResponseError, url, f"reply is JSON but not an object: {type(data).__name__}")
         return data, latency_ms
 
     def _status_error(self, url: str, response: httpx.Response) -> ModelError:
@@ -216,16 +210,12 @@ class _OpenAICompatibleClient:
         said = f"server said: {_quote_error_body(response)}"
         if status == 429:
             retry_after = _parse_retry_after(response.headers.get("Retry-After"))
-            return RateLimitedError(
-                self._redact(f"rate limited; {said}"), endpoint=url, retry_after=retry_after
-            )
+            return RateLimitedError(self._redact(f"rate limited; {said}"), endpoint=url, retry_after=retry_after)
         if status >= 500:
             return self._error(ModelUnavailableError, url, f"server error; {said}", status=status)
         return self._error(BadResponseError, url, f"request rejected; {said}", status=status)
 
-    def _error(
-        self, kind: type[ModelError], url: str, reason: str, *, status: int | None = None
-    ) -> ModelError:
+    def _error(self, kind: type[ModelError], url: str, reason: str, *, status: int | None = None) -> ModelError:
         return kind(self._redact(reason), endpoint=url, status=status)
 
     def _redact(self, text: str) -> str:
@@ -300,9 +290,7 @@ class _ReplyReader:
             predicted_ms=self.number(timings, "predicted_ms", "timings"),
         )
 
-    def first_token_alternatives(
-        self, choice: Mapping[str, Any], content: str, asked: int
-    ) -> tuple[TokenLogprob, ...]:
+    def first_token_alternatives(self, choice: Mapping[str, Any], content: str, asked: int) -> tuple[TokenLogprob, ...]:
         logprobs = self.optional(choice, "logprobs", dict, "choices[0]")
         tokens = self.optional(logprobs, "content", list, "choices[0].logprobs") if logprobs else None
         if not tokens:
@@ -381,9 +369,7 @@ class OpenAICompatibleEmbeddingModel(_OpenAICompatibleClient):
         """Vectors in the order of ``texts`` (the reply is sorted by ``index``); no request for no texts."""
         if not texts:
             return Embeddings(vectors=(), model=self._model)
-        data, latency_ms, url = await self._post_json(
-            "/embeddings", {"model": self._model, "input": list(texts)}
-        )
+        data, latency_ms, url = await self._post_json("/embeddings", {"model": self._model, "input": list(texts)})
         read = _ReplyReader(url)
         by_index: dict[int, tuple[float, ...]] = {}
         for item in read.get(data, "data", list, "reply"):

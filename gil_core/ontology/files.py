@@ -193,9 +193,7 @@ def dump_tree(tree: Tree | Node) -> str:
     """The compact YAML of a tree: every field equal to its default is left out."""
     root = tree.root if isinstance(tree, Tree) else tree
     data = _node_data(root, LabelScheme.LETTERS)
-    return yaml.dump(
-        data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=1 << 30
-    )
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=1 << 30)
 
 
 def write_tree(tree: Tree | Node, path: str | Path) -> None:

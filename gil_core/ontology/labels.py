@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from gil_core.errors import LabelCapacityError
 
 __all__ = ["LabelScheme"]
 
 
-class LabelScheme(str, Enum):
+class LabelScheme(StrEnum):
     """A set of single-token labels. Symbol 0 is "none of these"; candidates take the symbols after it."""
 
     LETTERS = "letters"

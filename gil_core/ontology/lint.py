@@ -14,13 +14,14 @@ __all__ = ["LintFinding", "TreeLintWarning", "check_tree", "lint_tree"]
 _WORD = re.compile(r"[^\W\d_]{4,}", re.UNICODE)
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 # Function words carry no meaning of their own: sharing them says nothing about overlap.
-_STOPWORDS = frozenset(
-    "about after also been before being both does each from have into more most only other over same some "
-    "such than that their them then there these they this those through under very what when where which "
-    "while will with would your".split()
-    # Framing verbs that open many descriptions ("asks how ...", "wants ...").
-    + "asks wants needs cannot".split()
-)
+_FUNCTION_WORDS = """
+    about after also been before being both does each from have into more most only other over same some such
+    than that their them then there these they this those through under very what when where which while will
+    with would your
+"""
+# Framing verbs open many descriptions ("asks how ...", "wants ...") and say nothing about the topic.
+_FRAMING_WORDS = "asks wants needs cannot"
+_STOPWORDS = frozenset(_FUNCTION_WORDS.split()) | frozenset(_FRAMING_WORDS.split())
 
 
 class TreeLintWarning(UserWarning):

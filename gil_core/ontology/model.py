@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from functools import cached_property
 
 from gil_core.ontology.labels import LabelScheme
@@ -12,7 +12,7 @@ from gil_core.ontology.labels import LabelScheme
 __all__ = ["Node", "Option", "OptionKind", "Origin", "Slot", "Tree"]
 
 
-class OptionKind(str, Enum):
+class OptionKind(StrEnum):
     """What an option yields when the tree reaches it."""
 
     ANSWER = "answer"
@@ -20,7 +20,7 @@ class OptionKind(str, Enum):
     PROCEDURE = "procedure"
 
 
-class Origin(str, Enum):
+class Origin(StrEnum):
     """Who put an option into the tree: a person (seed) or a review round (promoted)."""
 
     SEED = "seed"

@@ -1,0 +1,34 @@
+"""Telemetry: what Gil records about every request and model call, and where (Parquet tables, one per folder).
+
+``records`` holds the value objects and sink ports callers use; ``schemas`` declares the tables (pandera);
+``store`` is the Parquet-backed sink; ``energy`` prices a call.
+"""
+
+from gil_core.telemetry.energy import EnergyModel
+from gil_core.telemetry.records import (
+    CallRecord,
+    CallRole,
+    CallSink,
+    CandidateShown,
+    TraceRecord,
+    TraceSink,
+    utc_now,
+)
+from gil_core.telemetry.schemas import COLUMNS, KEYS, TABLES, validate_frame
+from gil_core.telemetry.store import TelemetryStore
+
+__all__ = [
+    "COLUMNS",
+    "KEYS",
+    "TABLES",
+    "CallRecord",
+    "CallRole",
+    "CallSink",
+    "CandidateShown",
+    "EnergyModel",
+    "TelemetryStore",
+    "TraceRecord",
+    "TraceSink",
+    "utc_now",
+    "validate_frame",
+]

@@ -54,9 +54,7 @@ def sleeps() -> RecordedSleep:
 
 
 @pytest.fixture
-async def chat(
-    server: ScriptedOpenAIServer, sleeps: RecordedSleep
-) -> AsyncIterator[OpenAICompatibleChatModel]:
+async def chat(server: ScriptedOpenAIServer, sleeps: RecordedSleep) -> AsyncIterator[OpenAICompatibleChatModel]:
     async with OpenAICompatibleChatModel(
         server.base_url, "judge-model", api_key=API_KEY, timeout=5.0, sleep=sleeps
     ) as model:
@@ -285,9 +283,7 @@ async def test_retry_after_as_http_date_is_honoured(
     assert 8.0 <= sleeps.waits[0] <= 10.0  # the date has one-second resolution
 
 
-async def test_retry_after_is_capped_by_max_retry_wait(
-    server: ScriptedOpenAIServer, sleeps: RecordedSleep
-) -> None:
+async def test_retry_after_is_capped_by_max_retry_wait(server: ScriptedOpenAIServer, sleeps: RecordedSleep) -> None:
     for _ in range(3):
         server.enqueue_failure("429", retry_after=3600)
     async with OpenAICompatibleChatModel(
@@ -316,9 +312,7 @@ async def test_server_errors_are_retried_with_backoff_then_unavailable(
         assert 0.5 * 2**attempt <= wait <= 0.5 * 2**attempt + 0.5
 
 
-async def test_backoff_never_exceeds_max_retry_wait(
-    server: ScriptedOpenAIServer, sleeps: RecordedSleep
-) -> None:
+async def test_backoff_never_exceeds_max_retry_wait(server: ScriptedOpenAIServer, sleeps: RecordedSleep) -> None:
     for _ in range(6):
         server.enqueue_failure("503")
     async with OpenAICompatibleChatModel(
@@ -386,19 +380,13 @@ async def test_reply_without_logprobs_is_fine_when_none_were_asked(
         pytest.param({"choices": "A"}, id="choices-not-a-list"),
         pytest.param({"choices": [{"message": {"content": 5}}]}, id="content-not-a-string"),
         pytest.param({"choices": [{"message": "A"}]}, id="message-not-an-object"),
-        pytest.param(
-            {"choices": [{"message": {"content": "A"}}], "usage": {"prompt_tokens": "7"}}, id="usage"
-        ),
+        pytest.param({"choices": [{"message": {"content": "A"}}], "usage": {"prompt_tokens": "7"}}, id="usage"),
         pytest.param(
             {"choices": [{"message": {"content": "A"}}], "timings": {"prompt_ms": "x", "predicted_ms": 1}},
             id="timings",
         ),
         pytest.param(
-            {
-                "choices": [
-                    {"message": {"content": "A"}, "logprobs": {"content": [{"top_logprobs": [{"token": 1}]}]}}
-                ]
-            },
+            {"choices": [{"message": {"content": "A"}, "logprobs": {"content": [{"top_logprobs": [{"token": 1}]}]}}]},
             id="logprob-token",
         ),
     ],
@@ -454,9 +442,7 @@ async def test_embed_sorts_the_reply_by_index(
     "body",
     [
         pytest.param({"data": [{"index": 0, "embedding": [1.0]}]}, id="one-vector-for-two-texts"),
-        pytest.param(
-            {"data": [{"index": 0, "embedding": [1.0]}, {"index": 0, "embedding": [1.0]}]}, id="dup"
-        ),
+        pytest.param({"data": [{"index": 0, "embedding": [1.0]}, {"index": 0, "embedding": [1.0]}]}, id="dup"),
         pytest.param({"data": [{"index": 0, "embedding": ["a"]}, {"index": 1, "embedding": [1]}]}, id="type"),
         pytest.param({"object": "list"}, id="no-data"),
     ],

@@ -129,9 +129,7 @@ def test_more_candidates_than_the_scheme_holds_is_a_capacity_error(tmp_path: Pat
         ),
     ],
 )
-def test_malformed_files_say_what_and_where(
-    tmp_path: Path, body: str, line: int, node: str | None, words: str
-) -> None:
+def test_malformed_files_say_what_and_where(tmp_path: Path, body: str, line: int, node: str | None, words: str) -> None:
     error = load_error(write(tmp_path, body))
     assert (error.line, error.node) == (line, node)
     assert words in str(error) and str(tmp_path / "tree.yaml") in str(error)
@@ -204,7 +202,12 @@ def trees(draw: st.DrawFn) -> Tree:
 
     def node(depth: int) -> Node:
         scheme = draw(st.sampled_from(list(LabelScheme)))
-        common = {"id": fresh("n"), "label": draw(_texts), "description": draw(_texts), "label_scheme": scheme}
+        common = {
+            "id": fresh("n"),
+            "label": draw(_texts),
+            "description": draw(_texts),
+            "label_scheme": scheme,
+        }
         if depth < 2 and draw(st.booleans()):
             return Node(children=tuple(node(depth + 1) for _ in range(draw(st.integers(1, 3)))), **common)
         return Node(options=tuple(option() for _ in range(draw(st.integers(0, 3)))), **common)

@@ -1,0 +1,423 @@
+"""``TelemetryStore``: the telemetry tables as Polars-managed Parquet under one root, one folder per table.
+
+It is the trace sink: only it turns ``TraceRecord``/``CallRecord`` into rows, and every write is validated
+against the table's pandera model (``schemas.validate_frame``) before anything touches the disk.
+
+Durability model
+----------------
+* **Append.** Each ``append`` writes ONE new Parquet file ``<ns>-<pid>-<random>.parquet`` (``ns`` is the
+  write-order stamp): written under a temporary dot-name in the same folder, flushed and ``os.fsync``-ed,
+  ``os.replace``-d to its final name, then the folder is ``os.fsync``-ed. Returning from ``append`` (and so
+  from ``record_trace``/``record_calls``) means acknowledged: the rows survive a SIGKILL of the writer (and a
+  power loss, as far as the file system honours fsync). Readers list final names only (``*.parquet``, never
+  dot-files), so they never see a half-written file. Names are unique (pid + randomness), so two processes
+  appending at once never collide and nothing is lost.
+* **Supersede.** Every stored row carries an internal ``_seq`` column (the ns write stamp, monotonic within
+  a process; ``read``/``scan`` drop it). In a keyed table (``schemas.KEYS``: ``traces`` by ``trace_id``,
+  ``calls`` by ``call_id``, ``run_configs`` by ``task``, ``store_meta`` by ``key``, …) the row with the
+  highest ``_seq`` per key wins on read: recording a trace again (with its feedback) updates it. A tie (the
+  same ns in two processes: practically never) goes to the row read last; within one append the last row
+  per key wins. ``reviews`` is a log and keeps every row. Readers sort by ``_seq``, so rows come in write
+  order.
+* **Compaction.** ``compact(table)`` merges a folder's files into one, one compactor at a time
+  (``filelock.FileLock`` on ``.compact.lock`` in the folder). The merged ``<ns>-<pid>-<random>.compacted
+  .parquet`` keeps the winning row per key and lists the names of the files it replaces in its Parquet
+  key-value metadata (``gil.replaces``). It is written atomically as above, THEN the sources are deleted.
+  Readers ignore every file named by a compacted file present, so no row is seen twice or missed, even if
+  the compactor dies between the rename and the deletes (the next compaction deletes the leftovers). Files
+  appended while a compaction runs are not in its list and stay live.
+* **Reading during compaction.** ``read`` retries when a listed file vanished before it was read, or when
+  a compacted file appeared while it was reading (a directory listing is not a snapshot: one taken during
+  a compaction's rename-then-delete could miss both the sources and their replacement). ``scan`` plans over
+  the files present when it is called; if a compaction deletes one before ``collect()``, collect raises
+  ``FileNotFoundError``: scan again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from filelock import FileLock
+
+from gil_core.errors import SchemaViolationError, TelemetryError
+from gil_core.telemetry.records import CallRecord, TraceRecord
+from gil_core.telemetry.schemas import DTYPES, KEYS, NULLABLE, TABLES, validate_frame
+
+__all__ = ["TelemetryStore"]
+
+_SEQ = "_seq"
+_SUFFIX = ".parquet"
+_COMPACTED_SUFFIX = ".compacted.parquet"
+_REPLACES = "gil.replaces"
+_LOCK_NAME = ".compact.lock"
+_READ_ATTEMPTS = 20
+_STALE_TEMP_SECONDS = 3600.0  # an unfinished temporary file this old belongs to a writer that died
+
+
+@dataclass(frozen=True, slots=True)
+class _Listing:
+    """A table folder's final-named files, sorted: live ones and ones a compaction already replaced."""
+
+    live: tuple[str, ...]
+    replaced: tuple[str, ...]
+    compacted: frozenset[str]
+
+
+class TelemetryStore:
+    """Telemetry tables under ``root``, one folder each; implements ``TraceSink``. See the module doc."""
+
+    def __init__(self, root: str | Path) -> None:
+        self._root = Path(root)
+        self._replaces: dict[str, frozenset[str]] = {}  # compacted file name → names it replaces (immutable)
+        self._ready: set[str] = set()
+        self._seq_lock = threading.Lock()
+        self._last_seq = 0
+
+    @property
+    def root(self) -> Path:
+        """The store directory."""
+        return self._root
+
+    def tables(self) -> tuple[str, ...]:
+        """Every table the store holds, in the reference's order (a table never written reads empty)."""
+        return tuple(TABLES)
+
+    # -- the sink ---------------------------------------------------------------------------------------
+
+    def record_calls(self, calls: Sequence[CallRecord]) -> None:
+        """Append one ``calls`` row per record; returning means they are durable."""
+        if calls:
+            self.append("calls", [_call_row(call) for call in calls])
+
+    def record_trace(self, trace: TraceRecord, calls: Sequence[CallRecord] = ()) -> None:
+        """Append the calls, then the trace (a visible trace always has its calls); returning = both durable.
+
+        Recording a ``trace_id`` again supersedes the earlier row (that is how feedback updates a trace).
+        """
+        self.record_calls(calls)
+        self.append("traces", [_trace_row(trace)])
+
+    # -- generic tables -----------------------------------------------------------------------------------
+
+    def append(self, table: str, rows: Sequence[Mapping[str, Any]] | pl.DataFrame) -> None:
+        """Validate ``rows`` against ``table``'s schema and store them as one durable file.
+
+        Unknown columns are rejected, missing nullable columns are filled with null; any violation raises
+        ``SchemaViolationError`` naming the table, and nothing is written. No rows, no file.
+        """
+        folder = self._folder(table)
+        if not isinstance(rows, pl.DataFrame) and not rows:
+            return
+        frame = _conform(table, rows)
+        validate_frame(table, frame)
+        if frame.is_empty():
+            return
+        key = KEYS.get(table)
+        if key and frame.height > 1:
+            frame = frame.unique(subset=list(key), keep="last", maintain_order=True)
+        seq = self._next_seq()
+        self._ensure_folder(table, folder)
+        stamped = frame.hstack([pl.Series(_SEQ, [seq] * frame.height, dtype=pl.Int64)])
+        _write_atomically(folder, _file_name(seq, _SUFFIX), stamped)
+
+    def read(self, table: str) -> pl.DataFrame:
+        """The current rows (last write per key wins) in write order; empty, with the schema, if none."""
+        folder = self._folder(table)
+        for _ in range(_READ_ATTEMPTS):
+            try:
+                listing = self._list(folder)
+                frame = self._plan(table, folder, listing.live, keep_seq=False).collect()
+                if self._list(folder).compacted <= listing.compacted:
+                    return frame
+            except FileNotFoundError:
+                pass  # a compaction removed a file between our listing and our read: list again
+        raise TelemetryError(f"table {table!r}: could not get a stable listing of {folder}")
+
+    def scan(self, table: str) -> pl.LazyFrame:
+        """A lazy view of ``read(table)`` over the files present now (see the module doc on compaction)."""
+        folder = self._folder(table)
+        for _ in range(_READ_ATTEMPTS):
+            try:
+                return self._plan(table, folder, self._list(folder).live, keep_seq=False)
+            except FileNotFoundError:
+                pass
+        raise TelemetryError(f"table {table!r}: could not get a stable listing of {folder}")
+
+    def compact(self, table: str) -> int:
+        """Merge the table's files into one; return how many files it replaced (0: nothing to do).
+
+        Also deletes files that an earlier, interrupted compaction had already replaced, and temporary files
+        of writers that died more than an hour ago.
+        """
+        folder = self._folder(table)
+        if not folder.is_dir():
+            return 0
+        with FileLock(folder / _LOCK_NAME):
+            listing = self._list(folder)
+            _remove(folder, listing.replaced)
+            _remove(folder, _stale_temporary_files(folder))
+            sources = listing.live
+            if len(sources) < 2:
+                return 0
+            merged = self._plan(table, folder, sources, keep_seq=True).collect()
+            name = _file_name(self._next_seq(), _COMPACTED_SUFFIX)
+            _write_atomically(folder, name, merged, metadata={_REPLACES: json.dumps(sources)})
+            self._replaces[name] = frozenset(sources)
+            _remove(folder, sources)
+            return len(sources)
+
+    # -- internals ------------------------------------------------------------------------------------------
+
+    def _folder(self, table: str) -> Path:
+        if table not in TABLES:
+            raise TelemetryError(f"unknown table {table!r}; tables are {', '.join(TABLES)}")
+        return self._root / table
+
+    def _ensure_folder(self, table: str, folder: Path) -> None:
+        if table in self._ready:
+            return
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            _fsync_directory(self._root)  # the folder's own entry must be durable before files inside it
+        self._ready.add(table)
+
+    def _next_seq(self) -> int:
+        with self._seq_lock:  # never reuse or go back within a process, even if the wall clock steps back
+            self._last_seq = max(time.time_ns(), self._last_seq + 1)
+            return self._last_seq
+
+    def _list(self, folder: Path) -> _Listing:
+        try:
+            with os.scandir(folder) as entries:
+                names = sorted(
+                    entry.name for entry in entries if entry.name.endswith(_SUFFIX) and not entry.name.startswith(".")
+                )
+        except FileNotFoundError:
+            return _Listing(live=(), replaced=(), compacted=frozenset())
+        compacted = frozenset(name for name in names if name.endswith(_COMPACTED_SUFFIX))
+        replaced: set[str] = set()
+        for name in compacted:
+            replaced |= self._replaced_by(folder, name)
+        return _Listing(
+            live=tuple(name for name in names if name not in replaced),
+            replaced=tuple(name for name in names if name in replaced),
+            compacted=compacted,
+        )
+
+    def _replaced_by(self, folder: Path, name: str) -> frozenset[str]:
+        known = self._replaces.get(name)
+        if known is None:
+            metadata = pl.read_parquet_metadata(folder / name)
+            known = frozenset(json.loads(metadata.get(_REPLACES, "[]")))
+            self._replaces[name] = known
+        return known
+
+    def _plan(self, table: str, folder: Path, files: Sequence[str], *, keep_seq: bool) -> pl.LazyFrame:
+        dtypes = DTYPES[table]
+        if not files:
+            return pl.LazyFrame(schema=dtypes if not keep_seq else {**dtypes, _SEQ: pl.Int64})
+        frame = pl.scan_parquet(
+            [folder / name for name in files],
+            schema={**dtypes, _SEQ: pl.Int64},
+            glob=False,
+            missing_columns="insert",  # files written before a column was added
+            extra_columns="ignore",  # files written by a newer version
+        ).sort(_SEQ, maintain_order=True)
+        key = KEYS.get(table)
+        if key:
+            frame = frame.unique(subset=list(key), keep="last", maintain_order=True)
+        return frame if keep_seq else frame.drop(_SEQ)
+
+
+# -- records → rows ---------------------------------------------------------------------------------------
+
+
+def _to_json(value: Any, table: str, column: str) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SchemaViolationError(f"column {column!r} cannot be written as JSON: {exc}", table=table) from exc
+
+
+def _trace_row(trace: TraceRecord) -> dict[str, Any]:
+    recall = None
+    if trace.recall is not None:
+        recall = _to_json({k: v for k, v in trace.recall.items() if v is not None}, "traces", "recall")
+    row: dict[str, Any] = {
+        "trace_id": trace.trace_id,
+        "created_at": trace.created_at,
+        "task": trace.task,
+        "state": trace.state,
+        "mode": trace.mode,
+        "path": _to_json([dict(step) for step in trace.path], "traces", "path"),
+        "output": trace.output,
+        "confidence": trace.confidence,
+        "energy": trace.energy,
+        "feedback_verdict": trace.feedback_verdict,
+        "feedback_correction": trace.feedback_correction,
+        "implicit_signal": trace.implicit_signal,
+        "label": trace.label,
+        "explored_output": trace.explored_output,
+        "recall": recall,
+        "failure": trace.failure,
+    }
+    # ``extra`` carries columns added after the reference's; it may not overwrite one
+    clashes = sorted(set(trace.extra) & set(row))
+    if clashes:
+        raise SchemaViolationError(f"TraceRecord.extra repeats columns {clashes}", table="traces")
+    row.update(trace.extra)
+    return row
+
+
+def _call_row(call: CallRecord) -> dict[str, Any]:
+    distribution = None
+    if call.distribution is not None:
+        distribution = _to_json(dict(call.distribution), "calls", "distribution")
+    top_logprobs = [{"token": token, "logprob": logprob} for token, logprob in call.top_logprobs]
+    candidates = [
+        {
+            "id": shown.id,
+            "shown_as": shown.shown_as,
+            "label": shown.label,
+            "description": shown.description,
+            "answer": shown.answer,
+        }
+        for shown in call.candidates
+    ]
+    return {
+        "call_id": call.call_id,
+        "trace_id": call.trace_id,
+        "created_at": call.created_at,
+        "role": call.role,
+        "model": call.model,
+        "node_id": call.node_id,
+        "layer": call.layer,
+        "prompt_tokens": call.prompt_tokens,
+        "cached_tokens": call.cached_tokens,
+        "completion_tokens": call.completion_tokens,
+        "latency_ms": call.latency_ms,
+        "gpu_prompt_ms": call.gpu_prompt_ms,
+        "gpu_predicted_ms": call.gpu_predicted_ms,
+        "content": call.content,
+        "first_token": call.first_token,
+        "top_logprobs": _to_json(top_logprobs, "calls", "top_logprobs"),
+        "distribution": distribution,
+        "label_mass": call.label_mass,
+        "confidence": call.confidence,
+        "outcome": call.outcome,
+        "energy": call.energy,
+        "raw_response": call.raw_response,
+        "candidates": _to_json(candidates, "calls", "candidates"),
+    }
+
+
+# -- rows → a frame with the table's exact dtypes -----------------------------------------------------------
+
+
+def _conform(table: str, rows: Sequence[Mapping[str, Any]] | pl.DataFrame) -> pl.DataFrame:
+    """Build a frame in the table's column order and dtypes; missing nullable columns become null."""
+    dtypes = DTYPES[table]
+    if isinstance(rows, pl.DataFrame):
+        given = rows.columns
+    else:
+        given = list(dict.fromkeys(name for row in rows for name in row))
+    unknown = [name for name in given if name not in dtypes]
+    if unknown:
+        raise SchemaViolationError(f"unknown columns {unknown}; columns are {list(dtypes)}", table=table)
+    height = rows.height if isinstance(rows, pl.DataFrame) else len(rows)
+    columns: list[pl.Series] = []
+    for name, dtype in dtypes.items():
+        if name not in given:
+            if name in NULLABLE[table]:
+                columns.append(pl.Series(name, [None] * height, dtype=dtype))
+            continue  # a missing required column: validation names it
+        if isinstance(rows, pl.DataFrame):
+            columns.append(_conform_series(table, rows.get_column(name), dtype))
+        else:
+            columns.append(_series(table, name, [row.get(name) for row in rows], dtype))
+    return pl.DataFrame(columns)
+
+
+def _series(table: str, name: str, values: list[Any], dtype: pl.DataType) -> pl.Series:
+    if isinstance(dtype, pl.Datetime) and any(isinstance(value, datetime) and value.tzinfo is None for value in values):
+        raise SchemaViolationError(f"column {name!r} holds a naive datetime; give UTC-aware ones", table=table)
+    try:
+        return pl.Series(name, values, dtype=dtype, strict=True)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError) as exc:
+        reason = str(exc).splitlines()[0]
+        raise SchemaViolationError(f"column {name!r} is not {dtype}: {reason}", table=table) from exc
+
+
+def _conform_series(table: str, series: pl.Series, dtype: pl.DataType) -> pl.Series:
+    """Lossless fixes only: an all-null column takes the dtype, an aware datetime becomes UTC microseconds."""
+    if series.dtype == pl.Null:
+        return series.cast(dtype)
+    if isinstance(dtype, pl.Datetime) and isinstance(series.dtype, pl.Datetime) and series.dtype != dtype:
+        if series.dtype.time_zone is None:
+            raise SchemaViolationError(f"column {series.name!r} is a naive datetime; give UTC", table=table)
+        return series.dt.convert_time_zone("UTC").dt.cast_time_unit("us")
+    return series  # anything else must already match; validation reports a mismatch
+
+
+# -- files ------------------------------------------------------------------------------------------------
+
+
+def _file_name(seq: int, suffix: str) -> str:
+    # time first so names sort in write order; pid and randomness so concurrent writers never collide
+    return f"{seq:020d}-{os.getpid()}-{secrets.token_hex(6)}{suffix}"
+
+
+def _write_atomically(folder: Path, name: str, frame: pl.DataFrame, metadata: dict[str, str] | None = None) -> None:
+    """Temporary dot-name, fsync, rename, fsync the folder: the file appears whole or not at all."""
+    temporary = folder / f".{name}.tmp"
+    try:
+        with open(temporary, "wb") as handle:
+            frame.write_parquet(handle, metadata=metadata)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, folder / name)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    _fsync_directory(folder)
+
+
+def _fsync_directory(folder: Path) -> None:
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _remove(folder: Path, names: Iterable[str]) -> None:
+    removed = False
+    for name in names:
+        (folder / name).unlink(missing_ok=True)
+        removed = True
+    if removed:
+        _fsync_directory(folder)
+
+
+def _stale_temporary_files(folder: Path) -> list[str]:
+    cutoff = time.time() - _STALE_TEMP_SECONDS
+    stale = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.startswith(".") and entry.name.endswith(".tmp"):
+                try:
+                    if entry.stat().st_mtime < cutoff:
+                        stale.append(entry.name)
+                except FileNotFoundError:
+                    continue
+    return stale

@@ -1,0 +1,62 @@
+"""The design's boundaries, checked: gil_core never imports Prefect, and imports point down only."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import gil_core
+
+PACKAGE = Path(gil_core.__file__).resolve().parent
+
+
+def imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_no_module_of_gil_core_imports_prefect() -> None:
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if any(name == "prefect" or name.startswith("prefect.") for name in imported_modules(path))
+    ]
+    assert offenders == []
+
+
+def test_importing_all_of_gil_core_loads_no_prefect() -> None:
+    """Also catches an import done indirectly or at call time in a module's top level."""
+    modules = sorted(
+        "gil_core." + ".".join(p.relative_to(PACKAGE).with_suffix("").parts).removesuffix(".__init__")
+        for p in PACKAGE.rglob("*.py")
+    )
+    code = "import sys\n" + "".join(f"import {m}\n" for m in modules) + "print('prefect' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
+# Lower layers never import higher ones (ARCHITECTURE.md, "Which way imports point").
+LAYERS = {
+    "gil_core.telemetry": {"gil_core.llm", "gil_core.judge", "gil_core.traverse", "gil_core.ontology"},
+    "gil_core.ontology": {"gil_core.llm", "gil_core.judge", "gil_core.traverse"},
+    "gil_core.llm": {"gil_core.judge", "gil_core.traverse", "gil_core.ontology"},
+    "gil_core.judge": {"gil_core.traverse"},
+}
+
+
+def test_imports_point_down_only() -> None:
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        module = "gil_core." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        for layer, forbidden in LAYERS.items():
+            if module.startswith(layer):
+                bad = {name for name in imported_modules(path) if name.startswith(tuple(forbidden))}
+                offenders += [(module, name) for name in sorted(bad)]
+    assert offenders == []

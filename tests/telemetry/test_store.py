@@ -1,0 +1,369 @@
+"""TelemetryStore: records become rows with the reference's JSON, writes are validated, keys supersede,
+compaction keeps every row exactly once (also when it was interrupted)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from gil_core.errors import SchemaViolationError, TelemetryError
+from gil_core.telemetry import (
+    COLUMNS,
+    TABLES,
+    CallRecord,
+    CandidateShown,
+    TelemetryStore,
+    TraceRecord,
+    TraceSink,
+)
+
+AT = datetime(2026, 3, 4, 5, 6, 7, 891234, tzinfo=UTC)
+
+
+def make_call(call_id: str = "c1", trace_id: str | None = "t1", **changes: Any) -> CallRecord:
+    call = CallRecord(
+        call_id=call_id,
+        trace_id=trace_id,
+        created_at=AT,
+        role="judge",
+        model="smollm2",
+        node_id="root",
+        layer=1,
+        prompt_tokens=120,
+        cached_tokens=100,
+        completion_tokens=1,
+        latency_ms=12.5,
+        gpu_prompt_ms=3.0,
+        gpu_predicted_ms=1.5,
+        content="B",
+        first_token="B",
+        top_logprobs=(("B", -0.1), (" A", -2.5), ("Z", None)),
+        distribution={"환불": 0.9, "none": 0.1},
+        label_mass=0.98,
+        confidence=0.9,
+        outcome="accept",
+        energy=24.0,
+        raw_response='{"choices":[]}',
+        candidates=(
+            CandidateShown(id=None, shown_as="A", label="해당 없음"),
+            CandidateShown(id="refund", shown_as="B", label="환불", description="돈을 돌려받기", answer="5일"),
+        ),
+    )
+    return replace(call, **changes)
+
+
+def make_trace(trace_id: str = "t1", **changes: Any) -> TraceRecord:
+    trace = TraceRecord(
+        trace_id=trace_id,
+        created_at=AT,
+        task="support",
+        state="환불은 언제 되나요?",
+        mode="habit/answer",
+        path=(
+            {
+                "node": "root",
+                "layer": 1,
+                "chosen": "billing",
+                "p": 0.9,
+                "outcome": "accept",
+                "none_prob": 0.02,
+            },
+            {"node": "billing", "layer": 2, "chosen": "refund", "p": 0.8, "outcome": "accept"},
+        ),
+        output="5일 안에 환불됩니다.",
+        confidence=0.8,
+        energy=48.0,
+        recall={"source": "t0", "similarity": 0.5, "threshold": 0.8, "hit": False, "error": None},
+    )
+    return replace(trace, **changes)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> TelemetryStore:
+    return TelemetryStore(tmp_path / "store")
+
+
+def parquet_files(store: TelemetryStore, table: str) -> list[Path]:
+    return sorted((store.root / table).glob("*.parquet"))
+
+
+def review(item_id: str, **changes: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "task": "support",
+        "reviewed_at": AT,
+        "kind": "promotion",
+        "item_id": item_id,
+        "decision": "accept",
+    }
+    return {**row, **changes}
+
+
+def test_the_store_is_a_trace_sink(store: TelemetryStore) -> None:
+    assert isinstance(store, TraceSink)
+    assert store.tables() == tuple(TABLES)
+
+
+def test_a_recorded_trace_and_its_calls_read_back_with_the_reference_json(store: TelemetryStore) -> None:
+    store.record_trace(make_trace(), [make_call()])
+
+    trace = store.read("traces").row(0, named=True)
+    assert trace["created_at"] == AT
+    assert trace["state"] == "환불은 언제 되나요?"
+    assert json.loads(trace["path"]) == [dict(step) for step in make_trace().path]
+    assert trace["recall"] == '{"source":"t0","similarity":0.5,"threshold":0.8,"hit":false}'  # error: null, left out
+    assert trace["feedback_verdict"] is None
+
+    call = store.read("calls").row(0, named=True)
+    assert call["trace_id"] == "t1"
+    assert call["top_logprobs"] == (
+        '[{"token":"B","logprob":-0.1},{"token":" A","logprob":-2.5},{"token":"Z","logprob":null}]'
+    )
+    assert call["distribution"] == '{"환불":0.9,"none":0.1}'  # non-ASCII kept, compact separators
+    assert json.loads(call["candidates"]) == [
+        {"id": None, "shown_as": "A", "label": "해당 없음", "description": "", "answer": None},
+        {"id": "refund", "shown_as": "B", "label": "환불", "description": "돈을 돌려받기", "answer": "5일"},
+    ]
+    assert "\\u" not in call["candidates"]
+    assert (call["prompt_tokens"], call["cached_tokens"], call["energy"]) == (120, 100, 24.0)
+    assert list(store.read("calls").columns) == list(COLUMNS["calls"])
+
+
+def test_a_call_without_logprobs_or_distribution_stores_empty_json_and_null(store: TelemetryStore) -> None:
+    store.record_calls([make_call(role="embed", top_logprobs=(), distribution=None, candidates=())])
+    call = store.read("calls").row(0, named=True)
+    assert (call["top_logprobs"], call["distribution"], call["candidates"]) == ("[]", None, "[]")
+
+
+def test_timestamps_are_stored_as_utc_microseconds(store: TelemetryStore) -> None:
+    seoul = AT.astimezone(timezone(timedelta(hours=9)))
+    store.record_trace(make_trace(created_at=seoul))
+    created_at = store.read("traces").get_column("created_at")
+    assert created_at.dtype == pl.Datetime("us", "UTC")
+    assert created_at.item() == AT
+
+
+def test_recording_a_trace_again_supersedes_it(store: TelemetryStore) -> None:
+    """Feedback rewrites the trace row; readers see only the latest, before and after compaction."""
+    store.record_trace(make_trace("t1"))
+    store.record_trace(make_trace("t2"))
+    store.record_trace(make_trace("t1", feedback_verdict="wrong", feedback_correction="3일"))
+
+    def verdicts() -> dict[str, str | None]:
+        frame = store.read("traces")
+        return dict(zip(frame["trace_id"], frame["feedback_verdict"], strict=True))
+
+    assert verdicts() == {"t1": "wrong", "t2": None}
+    store.compact("traces")
+    assert verdicts() == {"t1": "wrong", "t2": None}
+    store.record_trace(make_trace("t1", feedback_verdict="correct"))
+    assert verdicts() == {"t1": "correct", "t2": None}
+
+
+def test_within_one_append_the_last_row_per_key_wins(store: TelemetryStore) -> None:
+    store.append("store_meta", [{"key": "restricted", "value": "0"}, {"key": "restricted", "value": "1"}])
+    assert store.read("store_meta").rows() == [("restricted", "1")]
+
+
+def test_a_log_table_keeps_every_row(store: TelemetryStore) -> None:
+    store.append("reviews", [review("p1"), review("p1", decision="reject")])
+    assert store.read("reviews")["decision"].to_list() == ["accept", "reject"]
+
+
+@pytest.mark.parametrize(
+    ("table", "rows", "named"),
+    [
+        ("calls", None, "role"),  # role "oracle"
+        ("calls", None, "prompt_tokens"),  # negative
+        ("traces", [{"trace_id": "t", "created_at": AT, "oracle": 1}], "oracle"),  # unknown column
+        ("traces", [{"trace_id": "t", "created_at": AT}], "task"),  # missing required column
+        ("store_meta", [{"key": "k", "value": 1}], "value"),  # wrong type
+        ("run_configs", [{"task": "t", "created_at": AT, "config": "{not json"}], "config"),
+        ("reviews", [review("p", reviewed_at=datetime(2026, 1, 1))], "reviewed_at"),  # naive datetime
+    ],
+)
+def test_a_row_that_does_not_fit_raises_naming_the_table_and_writes_nothing(
+    store: TelemetryStore, table: str, rows: list[Mapping[str, Any]] | None, named: str
+) -> None:
+    with pytest.raises(SchemaViolationError) as caught:
+        if rows is not None:
+            store.append(table, rows)
+        elif named == "role":
+            store.record_calls([make_call(role="oracle")])  # type: ignore[arg-type]
+        else:
+            store.record_calls([make_call(prompt_tokens=-3)])
+    assert caught.value.table == table
+    assert named in str(caught.value)
+    assert parquet_files(store, table) == []
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"feedback_verdict": "maybe"},
+        {"confidence": 1.5},
+        {"energy": -1.0},
+        {"path": ({"p": float("nan")},)},  # not JSON
+        {"extra": {"task": "other"}},  # extra may not overwrite a column
+    ],
+)
+def test_trace_values_outside_the_contract_are_rejected(store: TelemetryStore, changes: dict[str, Any]) -> None:
+    with pytest.raises(SchemaViolationError) as caught:
+        store.record_trace(make_trace(**changes))
+    assert caught.value.table == "traces"
+
+
+def test_a_label_mass_a_hair_above_one_is_float_noise_not_an_error(store: TelemetryStore) -> None:
+    store.record_calls([make_call(label_mass=1.0 + 1e-12)])
+    assert store.read("calls").height == 1
+
+
+def test_missing_nullable_columns_are_filled_with_null(store: TelemetryStore) -> None:
+    store.append("reviews", [review("p1")])  # no "note"
+    store.append("node_stats", [{"scope": "s", "node_id": "root", "hits": 1, "accepts": 1, "exits": 0}])
+    assert store.read("reviews")["note"].to_list() == [None]
+    assert store.read("node_stats")["last_used_at"].to_list() == [None]
+
+
+def test_a_dataframe_is_appended_after_lossless_dtype_fixes(store: TelemetryStore) -> None:
+    frame = pl.DataFrame(
+        {
+            "task": ["support"],
+            "reviewed_at": pl.Series([AT]).dt.cast_time_unit("ns").dt.convert_time_zone("Asia/Seoul"),
+            "kind": ["promotion"],
+            "item_id": ["p1"],
+            "decision": ["accept"],
+            "note": [None],  # dtype Null
+        }
+    )
+    store.append("reviews", frame)
+    assert store.read("reviews").row(0) == ("support", AT, "promotion", "p1", "accept", None)
+
+
+def test_a_dataframe_with_a_wrong_dtype_is_rejected(store: TelemetryStore) -> None:
+    frame = pl.DataFrame({"task": ["t"], "at_index": [1.0]})
+    with pytest.raises(SchemaViolationError, match="at_index"):
+        store.append("promotion_rounds", frame)
+
+
+@pytest.mark.parametrize("table", list(TABLES))
+def test_an_unwritten_table_reads_empty_with_its_schema(store: TelemetryStore, table: str) -> None:
+    expected = {name: column.dtype.type for name, column in TABLES[table].to_schema().columns.items()}
+    for frame in (store.read(table), store.scan(table).collect()):
+        assert frame.height == 0
+        assert dict(frame.schema) == expected
+
+
+def test_an_unknown_table_is_an_error(store: TelemetryStore) -> None:
+    with pytest.raises(TelemetryError, match="oracles"):
+        store.read("oracles")
+    with pytest.raises(TelemetryError, match="oracles"):
+        store.append("oracles", [{"a": 1}])
+
+
+def test_an_empty_append_writes_no_file(store: TelemetryStore) -> None:
+    store.append("reviews", [])
+    store.record_calls([])
+    assert parquet_files(store, "reviews") == [] and parquet_files(store, "calls") == []
+
+
+def test_each_append_is_one_file_and_scan_matches_read(store: TelemetryStore) -> None:
+    for index in range(5):
+        store.append("reviews", [review(f"p{index}")])
+    assert len(parquet_files(store, "reviews")) == 5
+    assert store.scan("reviews").collect().equals(store.read("reviews"))
+    assert store.read("reviews")["item_id"].to_list() == [f"p{index}" for index in range(5)]  # write order
+
+
+def test_readers_ignore_dot_files(store: TelemetryStore) -> None:
+    """Temporary files of a writer killed mid-write are dot-names: never read, never an error."""
+    store.append("reviews", [review("p1")])
+    (store.root / "reviews" / ".00000000000000000001-1-dead.parquet.tmp").write_bytes(b"PAR1 half")
+    (store.root / "reviews" / ".hidden.parquet").write_bytes(b"garbage")
+    assert store.read("reviews")["item_id"].to_list() == ["p1"]
+
+
+def test_files_written_before_a_column_existed_read_it_as_null(store: TelemetryStore) -> None:
+    """Columns are added over time: an older file without one still reads."""
+    store.append("reviews", [review("p1", note="new")])
+    older = store.read("reviews").drop("note").with_columns(_seq=pl.lit(1, pl.Int64), item_id=pl.lit("p0"))
+    older.write_parquet(store.root / "reviews" / "00000000000000000001-1-old.parquet")
+    assert store.read("reviews").select("item_id", "note").rows() == [("p0", None), ("p1", "new")]
+
+
+def test_compaction_keeps_every_row_exactly_once(store: TelemetryStore) -> None:
+    for index in range(12):
+        store.append("reviews", [review(f"p{index}"), review(f"q{index}")])
+        store.record_trace(make_trace(f"t{index % 5}", energy=float(index)), [make_call(f"c{index}")])
+    before = {table: store.read(table) for table in ("reviews", "traces", "calls")}
+
+    assert store.compact("reviews") == 12
+    assert store.compact("traces") == 12
+    assert store.compact("calls") == 12
+    for table, frame in before.items():
+        assert store.read(table).equals(frame)
+        assert len(parquet_files(store, table)) == 1
+    assert store.read("traces").height == 5
+    assert store.read("reviews").height == 24
+    assert store.compact("reviews") == 0  # one file: nothing to merge
+
+    store.append("reviews", [review("late")])
+    assert store.compact("reviews") == 2  # the compacted file and the new one
+    assert store.read("reviews").height == 25
+
+
+def test_the_compacted_file_names_the_files_it_replaces(store: TelemetryStore) -> None:
+    for index in range(3):
+        store.append("reviews", [review(f"p{index}")])
+    sources = [path.name for path in parquet_files(store, "reviews")]
+    store.compact("reviews")
+    (merged,) = parquet_files(store, "reviews")
+    metadata = pq.read_metadata(merged).metadata
+    assert json.loads(metadata[b"gil.replaces"]) == sources
+
+
+def test_a_compaction_killed_before_its_deletes_still_reads_each_row_once(
+    store: TelemetryStore, tmp_path: Path
+) -> None:
+    """Simulated by restoring the sources after the compacted file was renamed into place."""
+    for index in range(4):
+        store.append("reviews", [review(f"p{index}")])
+        store.record_trace(make_trace(f"t{index}"))
+    saved = tmp_path / "saved"
+    shutil.copytree(store.root, saved)
+    expected = {table: store.read(table) for table in ("reviews", "traces")}
+    store.compact("reviews")
+    store.compact("traces")
+    for table in ("reviews", "traces"):
+        for source in (saved / table).glob("*.parquet"):
+            shutil.copy2(source, store.root / table / source.name)
+        assert len(parquet_files(store, table)) == 5  # the merged file and its four leftovers
+
+        assert store.read(table).equals(expected[table])
+        assert TelemetryStore(store.root).read(table).equals(expected[table])  # a fresh reader, no cache
+        assert store.compact(table) == 0  # the next compaction only deletes the leftovers
+        assert len(parquet_files(store, table)) == 1
+        assert store.read(table).equals(expected[table])
+
+
+def test_compacting_a_compacted_table_with_leftovers_of_two_generations(store: TelemetryStore) -> None:
+    """Leftovers of a first compaction stay excluded after a second one replaced the first's output."""
+    for index in range(3):
+        store.append("reviews", [review(f"p{index}")])
+    first_sources = {path.name: path.read_bytes() for path in parquet_files(store, "reviews")}
+    store.compact("reviews")
+    (first,) = parquet_files(store, "reviews")
+    first_bytes = first.read_bytes()
+    store.append("reviews", [review("p3")])
+    store.compact("reviews")
+    for name, data in {**first_sources, first.name: first_bytes}.items():
+        (store.root / "reviews" / name).write_bytes(data)  # neither generation's deletes happened
+    assert sorted(store.read("reviews")["item_id"]) == ["p0", "p1", "p2", "p3"]
