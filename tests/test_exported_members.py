@@ -71,6 +71,7 @@ PUBLIC = {
     "gil_core.traverse": ["ExitReason", "GreedyTraverser", "Step", "StepOutcome", "Thresholds", "Traversal"],
     "gil_core.telemetry": [
         "COLUMNS",
+        "COUNTERS",
         "KEYS",
         "TABLES",
         "CallRecord",

@@ -14,11 +14,12 @@ from gil_core.telemetry.records import (
     TraceSink,
     utc_now,
 )
-from gil_core.telemetry.schemas import COLUMNS, KEYS, TABLES, validate_frame
+from gil_core.telemetry.schemas import COLUMNS, COUNTERS, KEYS, TABLES, validate_frame
 from gil_core.telemetry.store import TelemetryStore
 
 __all__ = [
     "COLUMNS",
+    "COUNTERS",
     "KEYS",
     "TABLES",
     "CallRecord",

@@ -26,6 +26,7 @@ __all__ = [
     "DTYPES",
     "FEEDBACK_VERDICTS",
     "JSON_COLUMNS",
+    "COUNTERS",
     "KEYS",
     "NULLABLE",
     "TABLES",
@@ -285,14 +286,23 @@ KEYS: Mapping[str, tuple[str, ...]] = {
     "traces": ("trace_id",),
     "calls": ("call_id",),
     "run_configs": ("task",),
-    "node_stats": ("scope", "node_id"),
-    "node_choices": ("scope", "node_id", "chosen_id"),
-    "habit_reliability": ("scope", "item_id"),
     "store_meta": ("key",),
     "promotion_rounds": ("task", "at_index"),
     "promotions": ("task", "at_index", "option_id"),
 }
 """Keyed tables → their key: the last row written for a key supersedes earlier ones. ``reviews`` is a log."""
+
+COUNTERS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    "node_stats": (("scope", "node_id"), ("hits", "accepts", "exits"), ("last_used_at",)),
+    "node_choices": (("scope", "node_id", "chosen_id"), ("accepts",), ()),
+    "habit_reliability": (
+        ("scope", "item_id"),
+        ("reinforced", "penalized", "missed", "explored", "disputed"),
+        (),
+    ),
+}
+"""Counter tables → (key, summed columns, max columns). Each write is an increment; a read sums them per key,
+so two processes counting at once never lose an update (no read-modify-write)."""
 
 JSON_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "traces": ("path", "recall"),

@@ -51,7 +51,7 @@ from filelock import FileLock
 
 from gil_core.errors import SchemaViolationError, TelemetryError
 from gil_core.telemetry.records import CallRecord, TraceRecord
-from gil_core.telemetry.schemas import DTYPES, KEYS, NULLABLE, TABLES, validate_frame
+from gil_core.telemetry.schemas import COUNTERS, DTYPES, KEYS, NULLABLE, TABLES, validate_frame
 
 __all__ = ["TelemetryStore"]
 
@@ -236,7 +236,20 @@ class TelemetryStore:
         key = KEYS.get(table)
         if key:
             frame = frame.unique(subset=list(key), keep="last", maintain_order=True)
+        elif table in COUNTERS:
+            frame = _sum_counters(table, frame)
         return frame if keep_seq else frame.drop(_SEQ)
+
+
+def _sum_counters(table: str, frame: pl.LazyFrame) -> pl.LazyFrame:
+    """One row per key: increments summed, ``max`` columns maximised; keys in order of first write."""
+    key, summed, maximised = COUNTERS[table]
+    aggregations = [pl.col(name).sum() for name in summed] + [pl.col(name).max() for name in maximised]
+    return (
+        frame.group_by(list(key), maintain_order=True)
+        .agg(*aggregations, pl.col(_SEQ).min())
+        .select(*DTYPES[table].names(), _SEQ)
+    )
 
 
 # -- records → rows ---------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pandera.errors import SchemaError, SchemaErrors
 
 from gil_core.errors import SchemaViolationError
-from gil_core.telemetry import COLUMNS, KEYS, TABLES, validate_frame
+from gil_core.telemetry import COLUMNS, COUNTERS, KEYS, TABLES, validate_frame
 from gil_core.telemetry.schemas import JSON_COLUMNS, _plan
 
 
@@ -51,7 +51,7 @@ def test_keys_and_json_columns_name_real_columns() -> None:
         assert set(key) <= set(COLUMNS[table])
     for table, columns in JSON_COLUMNS.items():
         assert set(columns) <= set(COLUMNS[table])
-    assert set(KEYS) == set(TABLES) - {"reviews"}
+    assert set(KEYS) == set(TABLES) - {"reviews"} - set(COUNTERS)
 
 
 def test_timestamps_are_utc_microseconds() -> None:

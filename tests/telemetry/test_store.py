@@ -367,3 +367,23 @@ def test_compacting_a_compacted_table_with_leftovers_of_two_generations(store: T
     for name, data in {**first_sources, first.name: first_bytes}.items():
         (store.root / "reviews" / name).write_bytes(data)  # neither generation's deletes happened
     assert sorted(store.read("reviews")["item_id"]) == ["p0", "p1", "p2", "p3"]
+
+
+def test_counter_tables_sum_their_increments_per_key_before_and_after_compaction(store: TelemetryStore) -> None:
+    early, late = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 2, 1, tzinfo=UTC)
+    store.append(
+        "node_stats", [{"scope": "s", "node_id": "root", "hits": 1, "accepts": 1, "exits": 0, "last_used_at": late}]
+    )
+    store.append(
+        "node_stats", [{"scope": "s", "node_id": "root", "hits": 1, "accepts": 0, "exits": 1, "last_used_at": early}]
+    )
+    store.append("node_stats", [{"scope": "other", "node_id": "root", "hits": 1, "accepts": 0, "exits": 0}])
+    expected = [
+        {"scope": "s", "node_id": "root", "hits": 2, "accepts": 1, "exits": 1, "last_used_at": late},
+        {"scope": "other", "node_id": "root", "hits": 1, "accepts": 0, "exits": 0, "last_used_at": None},
+    ]
+    assert store.read("node_stats").to_dicts() == expected
+    store.compact("node_stats")
+    store.append("node_stats", [{"scope": "s", "node_id": "root", "hits": 3, "accepts": 3, "exits": 0}])
+    expected[0] |= {"hits": 5, "accepts": 4}
+    assert store.read("node_stats").to_dicts() == expected
