@@ -19,6 +19,14 @@ PUBLIC = {
         "TelemetryError",
         "TreeFileError",
     ],
+    "gil_core.diagnostics": [
+        "INSTRUMENTATION_NAME",
+        "CallSpan",
+        "Diagnostics",
+        "MemoryOutcome",
+        "ResolveSpan",
+        "default_diagnostics",
+    ],
     "gil_core.language": ["ENGLISH", "KOREAN", "PromptLanguage", "fill", "placeholders"],
     "gil_core.ontology": [
         "LabelScheme",

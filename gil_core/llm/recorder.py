@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gil_core.diagnostics import Diagnostics, default_diagnostics
 from gil_core.llm.ports import ChatModel, Completion, EmbeddingModel, Embeddings, Message, Usage
 from gil_core.telemetry.energy import EnergyModel
 from gil_core.telemetry.records import CallRecord, CallRole, CallSink, CandidateShown, utc_now
@@ -23,7 +24,22 @@ from gil_core.telemetry.records import CallRecord, CallRole, CallSink, Candidate
 __all__ = ["CallRecorder", "CallScope", "EmbeddingRecorder", "call_scope", "current_trace_id", "trace_scope"]
 
 _SCOPE: ContextVar[CallScope | None] = ContextVar("gil_call_scope", default=None)
-_TRACE: ContextVar[str | None] = ContextVar("gil_trace_id", default=None)
+_TRACE: ContextVar[_TraceContext | None] = ContextVar("gil_trace", default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class _TraceContext:
+    trace_id: str
+    collected: list[CallRecord] | None
+
+
+def _deliver(records: list[CallRecord], sink: CallSink) -> None:
+    """Send finished records to the sink, or to the enclosing trace's collection when it collects them."""
+    context = _TRACE.get()
+    if context is not None and context.collected is not None:
+        context.collected.extend(records)
+    else:
+        sink.record_calls(records)
 
 
 @dataclass
@@ -66,7 +82,7 @@ class CallScope:
         for record, sink in self._pending:
             by_sink.setdefault(id(sink), (sink, []))[1].append(replace(record, **self.annotations))
         for sink, records in by_sink.values():
-            sink.record_calls(records)
+            _deliver(records, sink)
 
 
 @contextmanager
@@ -89,9 +105,10 @@ def call_scope(
 
 
 @contextmanager
-def trace_scope(trace_id: str) -> Iterator[str]:
-    """Calls recorded inside this block carry ``trace_id``."""
-    token = _TRACE.set(trace_id)
+def trace_scope(trace_id: str, *, collect: list[CallRecord] | None = None) -> Iterator[str]:
+    """Calls recorded inside this block carry ``trace_id``. With ``collect``, finished calls are appended to
+    that list instead of going to their sinks, so the caller can store them together with the trace."""
+    token = _TRACE.set(_TraceContext(trace_id, collect))
     try:
         yield trace_id
     finally:
@@ -100,30 +117,54 @@ def trace_scope(trace_id: str) -> Iterator[str]:
 
 def current_trace_id() -> str | None:
     """The trace id set by the innermost ``trace_scope``, if any."""
-    return _TRACE.get()
+    context = _TRACE.get()
+    return context.trace_id if context is not None else None
 
 
 class _Recording:
     """What both recorders share: the sink, the price list, and how a call becomes a record."""
 
-    def __init__(self, sink: CallSink, energy: EnergyModel, default_role: CallRole) -> None:
+    def __init__(
+        self, sink: CallSink, energy: EnergyModel, default_role: CallRole, diagnostics: Diagnostics | None
+    ) -> None:
         self._sink = sink
         self._energy = energy
         self._default_role = default_role
+        self._diagnostics = diagnostics
+
+    @contextmanager
+    def _span(self, role: CallRole, model: str) -> Iterator[Callable[[CallRecord], None]]:
+        """A ``gil.call`` span around one call; the yielded function closes it with the call's record."""
+        scope = _SCOPE.get()
+        diagnostics = self._diagnostics or default_diagnostics()
+        node_id = scope.node_id if scope is not None else None
+        layer = scope.layer if scope is not None else None
+        with diagnostics.call_span(role=role, model=model, node_id=node_id, layer=layer) as span:
+
+            def finish(record: CallRecord) -> None:
+                span.finish(
+                    prompt_tokens=record.prompt_tokens,
+                    completion_tokens=record.completion_tokens,
+                    cached_tokens=record.cached_tokens,
+                    energy=record.energy,
+                )
+                self._keep(record, scope)
+
+            yield finish
 
     def _price(self, usage: Usage) -> float:
         return self._energy.price(usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
 
     def _keep(self, record: CallRecord, scope: CallScope | None) -> None:
         if scope is None:
-            self._sink.record_calls([record])
+            _deliver([record], self._sink)
         else:
             scope._pending.append((record, self._sink))
 
     def _base(self, scope: CallScope | None, model: str, usage: Usage, latency_ms: float) -> CallRecord:
         return CallRecord(
             call_id=uuid.uuid4().hex,
-            trace_id=_TRACE.get(),
+            trace_id=current_trace_id(),
             created_at=utc_now(),
             role=scope.role if scope is not None else self._default_role,
             model=model,
@@ -148,8 +189,9 @@ class CallRecorder(_Recording):
         sink: CallSink,
         energy: EnergyModel,
         default_role: CallRole = "probe",
+        diagnostics: Diagnostics | None = None,
     ) -> None:
-        super().__init__(sink, energy, default_role)
+        super().__init__(sink, energy, default_role, diagnostics)
         self._model = model
 
     @property
@@ -165,34 +207,43 @@ class CallRecorder(_Recording):
         top_logprobs: int = 0,
         extra_body: Mapping[str, Any] | None = None,
     ) -> Completion:
-        completion = await self._model.complete(
-            messages,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_logprobs=top_logprobs,
-            extra_body=extra_body,
-        )
         scope = _SCOPE.get()
-        record = self._base(scope, completion.model or self._model.name, completion.usage, completion.latency_ms)
-        first_token = completion.top_logprobs[0].token if completion.top_logprobs else None
-        record = replace(
-            record,
-            gpu_prompt_ms=completion.timings.prompt_ms if completion.timings else None,
-            gpu_predicted_ms=completion.timings.predicted_ms if completion.timings else None,
-            content=completion.content,
-            first_token=first_token,
-            top_logprobs=tuple((item.token, item.logprob) for item in completion.top_logprobs),
-            raw_response=json.dumps(completion.raw, ensure_ascii=False) if completion.raw is not None else None,
-        )
-        self._keep(record, scope)
+        with self._span(scope.role if scope is not None else self._default_role, self._model.name) as finish:
+            completion = await self._model.complete(
+                messages,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                top_logprobs=top_logprobs,
+                extra_body=extra_body,
+            )
+            record = self._base(scope, completion.model or self._model.name, completion.usage, completion.latency_ms)
+            first_token = completion.top_logprobs[0].token if completion.top_logprobs else None
+            finish(
+                replace(
+                    record,
+                    gpu_prompt_ms=completion.timings.prompt_ms if completion.timings else None,
+                    gpu_predicted_ms=completion.timings.predicted_ms if completion.timings else None,
+                    content=completion.content,
+                    first_token=first_token,
+                    top_logprobs=tuple((item.token, item.logprob) for item in completion.top_logprobs),
+                    raw_response=json.dumps(completion.raw, ensure_ascii=False) if completion.raw is not None else None,
+                )
+            )
         return completion
 
 
 class EmbeddingRecorder(_Recording):
     """An ``EmbeddingModel`` that records and prices every call (role ``embed``) of the model it wraps."""
 
-    def __init__(self, model: EmbeddingModel, *, sink: CallSink, energy: EnergyModel) -> None:
-        super().__init__(sink, energy, "embed")
+    def __init__(
+        self,
+        model: EmbeddingModel,
+        *,
+        sink: CallSink,
+        energy: EnergyModel,
+        diagnostics: Diagnostics | None = None,
+    ) -> None:
+        super().__init__(sink, energy, "embed", diagnostics)
         self._model = model
 
     @property
@@ -200,8 +251,9 @@ class EmbeddingRecorder(_Recording):
         return self._model.name
 
     async def embed(self, texts: Sequence[str]) -> Embeddings:
-        embeddings = await self._model.embed(texts)
         scope = _SCOPE.get()
-        record = self._base(scope, embeddings.model or self._model.name, embeddings.usage, embeddings.latency_ms)
-        self._keep(replace(record, role="embed"), scope)
+        with self._span("embed", self._model.name) as finish:
+            embeddings = await self._model.embed(texts)
+            record = self._base(scope, embeddings.model or self._model.name, embeddings.usage, embeddings.latency_ms)
+            finish(replace(record, role="embed"))
         return embeddings

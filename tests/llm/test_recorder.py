@@ -96,3 +96,33 @@ async def test_embedding_calls_are_recorded_as_embed_and_priced(tmp_path: Path) 
     assert (row["role"], row["model"], row["trace_id"]) == ("embed", "minilm", "t")
     fresh = row["prompt_tokens"] - row["cached_tokens"]
     assert row["prompt_tokens"] > 0 and row["energy"] == pytest.approx(2.0 + 0.5 * fresh + 0.05 * row["cached_tokens"])
+
+
+async def test_each_recorded_call_is_a_gil_call_span_with_tokens_and_energy(tmp_path: Path) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from gil_core.diagnostics import Diagnostics
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    diagnostics = Diagnostics(tracer_provider=provider)
+    store = TelemetryStore(tmp_path / "store")
+    with ScriptedOpenAIServer() as server:
+        server.enqueue("ok", usage=Usage(prompt_tokens=10, completion_tokens=2, cached_tokens=4))
+        async with OpenAICompatibleChatModel(server.base_url, "m") as model:
+            recorder = CallRecorder(model, sink=store, energy=PRICES, diagnostics=diagnostics)
+            with call_scope("fallback", node_id="billing", layer=2):
+                await recorder.complete([{"role": "user", "content": "hi"}], max_tokens=8)
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "gil.call"
+    attributes = dict(span.attributes or {})
+    assert attributes["gil.role"] == "fallback" and attributes["gil.node"] == "billing" and attributes["gil.layer"] == 2
+    assert (attributes["gil.prompt_tokens"], attributes["gil.cached_tokens"], attributes["gil.completion_tokens"]) == (
+        10,
+        4,
+        2,
+    )
+    assert attributes["gil.energy"] == pytest.approx(store.read("calls")["energy"][0])

@@ -1,0 +1,236 @@
+"""OpenTelemetry spans and metrics for each resolution and model call, all under the instrumentation name "gil".
+
+Emitted: a ``gil.resolve`` span per request with a ``gil.call`` child span per model call; the counter
+``gil.resolutions`` and the histograms ``gil.resolution.energy``, ``gil.resolution.duration`` (by task and mode)
+and ``gil.call.energy`` (by role and model). gil_core depends on ``opentelemetry-api`` only, whose providers do
+nothing until an application installs an SDK, so all of this costs next to nothing by default. To turn it on,
+install ``opentelemetry-sdk`` (and an exporter), then either set the global providers
+(``trace.set_tracer_provider``, ``metrics.set_meter_provider``) before or after gil is first used, or pass
+providers to ``Diagnostics(tracer_provider=..., meter_provider=...)``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import Counter, Histogram, MeterProvider
+from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
+
+from gil_core import __version__
+
+__all__ = [
+    "INSTRUMENTATION_NAME",
+    "CallSpan",
+    "Diagnostics",
+    "MemoryOutcome",
+    "ResolveSpan",
+    "default_diagnostics",
+]
+
+INSTRUMENTATION_NAME = "gil"
+"""The one tracer and meter name every gil span and instrument is created under."""
+
+MemoryOutcome = Literal["off", "hit", "miss", "failed"]
+"""What memory did for one resolution: not consulted, answered, had nothing close enough, or failed."""
+
+# Seconds; the API's default buckets are sized for milliseconds, which would put every resolution in the first few.
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True, slots=True)
+class _ResolutionOutcome:
+    mode: str
+    memory: MemoryOutcome
+    energy: float
+    confidence: float | None
+    failure: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _CallUsage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    energy: float
+
+
+class ResolveSpan:
+    """The open ``gil.resolve`` span of one request; the resolver reports how it ended through ``finish``."""
+
+    __slots__ = ("_outcome", "span")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        """The underlying OpenTelemetry span, for attributes or events beyond the ones gil sets."""
+        self._outcome: _ResolutionOutcome | None = None
+
+    def finish(
+        self,
+        *,
+        mode: str,
+        memory: MemoryOutcome,
+        energy: float,
+        confidence: float | None,
+        failure: str | None,
+    ) -> None:
+        """Report how the resolution ended; written to the span and metrics when the block exits (last call wins).
+
+        A ``failure`` marks the span's status ERROR with the failure as its description.
+        """
+        self._outcome = _ResolutionOutcome(mode, memory, energy, confidence, failure)
+
+
+class CallSpan:
+    """The open ``gil.call`` span of one model call; the caller reports its usage through ``finish``."""
+
+    __slots__ = ("_usage", "span")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        """The underlying OpenTelemetry span, for attributes or events beyond the ones gil sets."""
+        self._usage: _CallUsage | None = None
+
+    def finish(self, *, prompt_tokens: int, completion_tokens: int, cached_tokens: int, energy: float) -> None:
+        """Report the call's token counts and priced energy (``CallRecord``'s fields of the same names).
+
+        Written to the span and to ``gil.call.energy`` when the block exits (last call wins), so a call is
+        counted once however often this is called.
+        """
+        self._usage = _CallUsage(prompt_tokens, completion_tokens, cached_tokens, energy)
+
+
+class Diagnostics:
+    """Opens gil's spans and records its metrics through one tracer and one meter named "gil".
+
+    Without providers it uses the global ones, which may be set later: the API's proxies forward to whatever
+    provider is installed when a span starts or a value is recorded.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+    ) -> None:
+        self._tracer = trace.get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(INSTRUMENTATION_NAME, __version__, meter_provider=meter_provider)
+        self._resolutions: Counter = meter.create_counter(
+            "gil.resolutions", unit="{resolution}", description="Requests resolved, by task and mode."
+        )
+        self._resolution_energy: Histogram = meter.create_histogram(
+            "gil.resolution.energy", description="Priced energy of all model calls of one resolution."
+        )
+        self._resolution_duration: Histogram = meter.create_histogram(
+            "gil.resolution.duration",
+            unit="s",
+            description="Wall time of one resolution.",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+        self._call_energy: Histogram = meter.create_histogram(
+            "gil.call.energy", description="Priced energy of one model call, by role and model."
+        )
+
+    @contextmanager
+    def resolve_span(self, task: str) -> Iterator[ResolveSpan]:
+        """Open ``gil.resolve`` as the current span, so call spans opened inside the block nest under it.
+
+        On exit the outcome given to ``ResolveSpan.finish`` becomes the span's ``gil.mode``, ``gil.memory``,
+        ``gil.energy``, ``gil.confidence`` and ``gil.failure`` attributes (mode "unknown" if ``finish`` was
+        never called) and the resolution metrics are recorded. An exception escaping the block is recorded on
+        the span, sets status ERROR and mode "error" (metrics included), and propagates.
+        """
+        with self._tracer.start_as_current_span(
+            "gil.resolve",
+            attributes={"gil.task": task},
+            # Recorded below, together with the mode, so the exception appears once.
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            started = time.perf_counter()
+            handle = ResolveSpan(span)
+            try:
+                yield handle
+            except BaseException as exc:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                self._end_resolution(span, task, "error", handle._outcome, started)
+                raise
+            outcome = handle._outcome
+            if outcome is not None and outcome.failure is not None:
+                span.set_status(Status(StatusCode.ERROR, outcome.failure))
+            self._end_resolution(span, task, "unknown" if outcome is None else outcome.mode, outcome, started)
+
+    @contextmanager
+    def call_span(
+        self, *, role: str, model: str, node_id: str | None = None, layer: int | None = None
+    ) -> Iterator[CallSpan]:
+        """Open ``gil.call`` as a child of the current span (normally a ``gil.resolve``) for one model call.
+
+        On exit the usage given to ``CallSpan.finish`` becomes the span's token and energy attributes and is
+        recorded in ``gil.call.energy``. An exception escaping the block is recorded on the span, sets status
+        ERROR, and propagates.
+        """
+        attributes: dict[str, str | int] = {"gil.role": role, "gil.model": model}
+        if node_id is not None:
+            attributes["gil.node"] = node_id
+        if layer is not None:
+            attributes["gil.layer"] = layer
+        with self._tracer.start_as_current_span(
+            "gil.call", attributes=attributes, record_exception=False, set_status_on_exception=False
+        ) as span:
+            handle = CallSpan(span)
+            try:
+                yield handle
+            except BaseException as exc:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                raise
+            finally:
+                usage = handle._usage
+                if usage is not None:
+                    span.set_attributes(
+                        {
+                            "gil.prompt_tokens": usage.prompt_tokens,
+                            "gil.completion_tokens": usage.completion_tokens,
+                            "gil.cached_tokens": usage.cached_tokens,
+                            "gil.energy": usage.energy,
+                        }
+                    )
+                    self._call_energy.record(usage.energy, {"gil.role": role, "gil.model": model})
+
+    def _end_resolution(
+        self, span: Span, task: str, mode: str, outcome: _ResolutionOutcome | None, started: float
+    ) -> None:
+        span.set_attribute("gil.mode", mode)
+        energy = 0.0
+        if outcome is not None:
+            energy = outcome.energy
+            span.set_attributes({"gil.memory": outcome.memory, "gil.energy": outcome.energy})
+            if outcome.confidence is not None:
+                span.set_attribute("gil.confidence", outcome.confidence)
+            if outcome.failure is not None:
+                span.set_attribute("gil.failure", outcome.failure)
+        labels = {"gil.task": task, "gil.mode": mode}
+        self._resolutions.add(1, labels)
+        self._resolution_energy.record(energy, labels)
+        self._resolution_duration.record(time.perf_counter() - started, labels)
+
+
+_default: Diagnostics | None = None
+_default_lock = threading.Lock()
+
+
+def default_diagnostics() -> Diagnostics:
+    """The process-wide ``Diagnostics`` on the global providers, created on first use (nothing at import time)."""
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = Diagnostics()
+    return _default
