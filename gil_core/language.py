@@ -70,6 +70,15 @@ class PromptLanguage:
     violation_out_of_range: str  # {value} {low} {high}
     violation_too_long: str  # {length} {max_length}
     violation_not_a_choice: str  # {value}
+    # Our additions (not in the reference's fixtures): a procedure's steps, and a template's blanks.
+    instructions: str  # {instructions}
+    slot_system: str
+    slot_template: str  # {template}
+    slot_question: str  # {blanks}
+    slot_blank: str  # {name} {instruction}
+    blank_separator: str
+    violation_not_json: str  # {names}
+    violation_missing_blanks: str  # {names}
 
     def with_input(self, request: str) -> str:
         """The request framed as the model's input section."""
@@ -104,6 +113,14 @@ KOREAN = PromptLanguage(
     violation_out_of_range="범위를 벗어났다 — 받은 값: {value}, 허용: {low}~{high}",
     violation_too_long="너무 길다 — {length}자, 최대 {max_length}자",
     violation_not_a_choice="보기에 없는 답이다 — 받은 값: '{value}'",
+    instructions="다음 절차에 따라 답하라:\n{instructions}",
+    slot_system="너는 답변 양식의 빈칸을 입력 내용으로 채운다. JSON 객체 하나만 출력한다.",
+    slot_template="답변 양식:\n{template}",
+    slot_question="아래 빈칸 이름을 키로, 채울 문자열을 값으로 하는 JSON 객체 하나만 출력하라:\n{blanks}",
+    slot_blank='"{name}": {instruction}',
+    blank_separator=", ",
+    violation_not_json="JSON 객체 하나가 아니다 — 필요한 키: {names}",
+    violation_missing_blanks="빠졌거나 비어 있는 칸이 있다 — {names}",
 )
 
 ENGLISH = PromptLanguage(
@@ -134,4 +151,12 @@ ENGLISH = PromptLanguage(
     violation_out_of_range="{value} is outside {low} to {high}",
     violation_too_long="{length} characters, more than {max_length}",
     violation_not_a_choice="'{value}' is not one of the choices",
+    instructions="Follow these steps:\n{instructions}",
+    slot_system="You fill in the blanks of a reply template from the request. Reply with one JSON object only.",
+    slot_template="Reply template:\n{template}",
+    slot_question="Reply with one JSON object whose keys are these blanks and whose values are strings:\n{blanks}",
+    slot_blank='"{name}": {instruction}',
+    blank_separator=", ",
+    violation_not_json="not one JSON object (it needs the keys {names})",
+    violation_missing_blanks="these blanks were missing or empty: {names}",
 )

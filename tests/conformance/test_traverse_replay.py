@@ -3,45 +3,11 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
-from typing import Any
 
-from gil_core.judge import Candidate, Judgment, LabelDistribution
-from gil_core.ontology import LabelScheme, Tree, TreeLintWarning, parse_tree
+from gil_core.ontology import Tree, TreeLintWarning, parse_tree
 from gil_core.traverse import GreedyTraverser, Thresholds
 from tests.conformance._fixtures import is_overridden, load_json, report
-
-
-class RecordedJudge:
-    """A judge that answers with the judgments the reference recorded for each node of one request."""
-
-    def __init__(self, judgments: Mapping[str, Mapping[str, Any]]) -> None:
-        self.judgments = judgments
-        self.asked: list[str] = []
-
-    async def judge(
-        self,
-        request: str,
-        node_id: str,
-        candidates: Sequence[Candidate],
-        *,
-        scheme: LabelScheme,
-        layer: int | None = None,
-    ) -> Judgment:
-        self.asked.append(node_id)
-        recorded = self.judgments[node_id]
-        assert set(recorded["probs"]) == {c.id for c in candidates}, node_id
-        trusted = recorded["trusted"]
-        distribution = LabelDistribution(
-            probs=recorded["probs"],
-            none_prob=1.0 - sum(recorded["probs"].values()),
-            label_mass=recorded["label_mass"],
-            confidence=recorded["confidence"],
-            trusted=trusted,
-            choice=recorded["choice"],
-            winner=recorded["choice"] if trusted else max(recorded["probs"], key=recorded["probs"].get),
-        )
-        return Judgment(node_id=node_id, shown=(), distribution=distribution)
+from tests.conformance._recorded import RecordedJudge
 
 
 def replay_tree(text: str) -> Tree:

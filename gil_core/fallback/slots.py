@@ -1,0 +1,147 @@
+"""The slot filler: a template habit's blanks are read out of the request by the model, as one JSON object.
+
+Fixed blanks are never asked. The template is filled in one pass, so a value the model wrote (or a person typed
+into the request) that looks like ``{name}`` stays text. When the blanks cannot be filled, the result names
+them, so the caller can fall back to generation within the path above the habit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gil_core.errors import ConfigurationError
+from gil_core.fallback._attempts import Asker, check_budget
+from gil_core.fallback.contracts import Violation
+from gil_core.language import PromptLanguage, fill, placeholders
+from gil_core.llm.ports import ChatModel, Message
+from gil_core.ontology.model import Option, OptionKind, Slot
+
+__all__ = ["SlotFill", "SlotFiller", "build_slot_messages"]
+
+# Small models wrap JSON in a Markdown fence however they are asked; that much is tolerated, nothing more.
+_FENCE = re.compile(r"```(?:json)?[ \t]*\n?(.*?)\n?[ \t]*```", re.DOTALL | re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotFill:
+    """The filled template (None when some blank stayed empty), every slot's value known so far, the blanks
+    still missing, the calls made and their priced energy."""
+
+    output: str | None
+    values: dict[str, str]
+    missing: tuple[str, ...]
+    attempts: int
+    energy: float
+
+
+def _template_slots(option: Option) -> tuple[str, tuple[Slot, ...]]:
+    """The template and its slots, after checking every placeholder has a slot and every fixed slot a value."""
+    if option.kind is not OptionKind.TEMPLATE or option.template is None:
+        raise ConfigurationError(f"option {option.id!r} is not a template")
+    declared = {slot.name for slot in option.slots}
+    undeclared = sorted(set(placeholders(option.template)) - declared)
+    if undeclared:
+        raise ConfigurationError(f"template {option.id!r} has blanks without a slot: {undeclared}")
+    unset = [slot.name for slot in option.slots if slot.is_fixed and slot.fixed is None]
+    if unset:
+        raise ConfigurationError(f"template {option.id!r} has fixed slots without a value: {unset}")
+    return option.template, option.slots
+
+
+def _fixed_values(slots: Sequence[Slot]) -> dict[str, str]:
+    return {slot.name: slot.fixed for slot in slots if slot.is_fixed and slot.fixed is not None}
+
+
+def build_slot_messages(
+    language: PromptLanguage, request: str, option: Option, *, complaint: str | None = None
+) -> list[Message]:
+    """System = the slot instruction; user = the framed request, the template (fixed blanks already in), the
+    blanks to fill with their instructions, and the complaint about the last reply when there is one."""
+    template, slots = _template_slots(option)
+    asked = [slot for slot in slots if not slot.is_fixed]
+    shown = fill(template, {**{slot.name: f"{{{slot.name}}}" for slot in asked}, **_fixed_values(slots)})
+    blanks = "\n".join(
+        fill(language.list_item, {"item": fill(language.slot_blank, {"name": s.name, "instruction": s.instruction})})
+        for s in asked
+    )
+    sections = [
+        language.with_input(request),
+        fill(language.slot_template, {"template": shown}),
+        fill(language.slot_question, {"blanks": blanks}),
+    ]
+    if complaint is not None:
+        sections.append(fill(language.complaint, {"complaint": complaint}))
+    return [
+        {"role": "system", "content": language.slot_system},
+        {"role": "user", "content": language.section_separator.join(sections)},
+    ]
+
+
+def _read_object(output: str) -> dict[str, Any] | None:
+    text = output.strip()
+    fenced = _FENCE.fullmatch(text)
+    if fenced is not None:
+        text = fenced.group(1)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _read_blanks(output: str | None, names: Sequence[str]) -> tuple[dict[str, str] | None, tuple[str, ...]]:
+    """The non-empty string values of ``names`` in the reply (None when it is no JSON object), and the rest."""
+    found = _read_object(output) if output is not None else None
+    if found is None:
+        return None, tuple(names)
+    values = {name: value.strip() for name in names if isinstance(value := found.get(name), str) and value.strip()}
+    return values, tuple(name for name in names if name not in values)
+
+
+class SlotFiller:
+    """Fills a template habit's blanks from the request, asking ``model`` up to ``max_attempts`` times."""
+
+    def __init__(
+        self,
+        model: ChatModel,
+        language: PromptLanguage,
+        *,
+        max_attempts: int = 3,
+        max_tokens: int = 512,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
+        check_budget(max_attempts, max_tokens)
+        self._language = language
+        self._asker = Asker(model, "slot_fill", max_attempts, max_tokens, extra_body)
+
+    async def fill(self, request: str, option: Option, *, node_id: str | None = None) -> SlotFill:
+        """The template filled for ``request``; calls are recorded with role ``slot_fill`` and ``node_id``."""
+        template, slots = _template_slots(option)
+        fixed = _fixed_values(slots)
+        names = [slot.name for slot in slots if not slot.is_fixed]
+        if not names:
+            return SlotFill(fill(template, fixed), fixed, (), 0, 0.0)
+        language = self._language
+
+        def check(output: str) -> dict[str, str] | Violation:
+            values, missing = _read_blanks(output, names)
+            listed = language.blank_separator.join(missing)
+            if values is None:
+                return Violation(fill(language.violation_not_json, {"names": listed}))
+            if missing:
+                return Violation(fill(language.violation_missing_blanks, {"names": listed}))
+            return values
+
+        def build(complaint: str | None) -> list[Message]:
+            return build_slot_messages(language, request, option, complaint=complaint)
+
+        result = await self._asker.ask(build, check, node_id=node_id)
+        if result.value is not None:
+            values = {**fixed, **result.value}
+            return SlotFill(fill(template, values), values, (), result.attempts, result.energy)
+        partial, missing = _read_blanks(result.last_output, names)
+        return SlotFill(None, {**fixed, **(partial or {})}, missing, result.attempts, result.energy)
