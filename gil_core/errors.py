@@ -10,8 +10,10 @@
     │   ├── ModelUnavailableError   refused, timed out, 5xx after retries
     │   ├── RateLimitedError        429 after retries (retry_after when the server said)
     │   └── BadResponseError        the reply is not what the protocol promises
-    └── TelemetryError           a table write or read failed
-        └── SchemaViolationError a row does not fit its table's schema
+    ├── TelemetryError           a table write or read failed
+    │   └── SchemaViolationError a row does not fit its table's schema
+    ├── UnknownTraceError        feedback names a trace the task does not have (task, trace_id)
+    └── MemoryUnavailableError   memory cannot answer: its embedder or store failed, or its circuit is open (task)
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ __all__ = [
     "ConfigurationError",
     "GilError",
     "LabelCapacityError",
+    "MemoryUnavailableError",
     "ModelError",
     "ModelUnavailableError",
     "RateLimitedError",
     "SchemaViolationError",
     "TelemetryError",
     "TreeFileError",
+    "UnknownTraceError",
 ]
 
 
@@ -104,3 +108,26 @@ class SchemaViolationError(TelemetryError):
     def __init__(self, message: str, *, table: str) -> None:
         self.table = table
         super().__init__(f"table {table!r}: {message}")
+
+
+class MemoryUnavailableError(GilError):
+    """Memory cannot answer for ``task``: its embedder or its store failed, or its circuit breaker is open.
+
+    ``open_until`` is set when a breaker refused the call: the time on the breaker's clock from which it lets
+    one trial call through again.
+    """
+
+    def __init__(self, reason: str, *, task: str, open_until: float | None = None) -> None:
+        self.reason = reason
+        self.task = task
+        self.open_until = open_until
+        super().__init__(f"memory of task {task!r}: {reason}")
+
+
+class UnknownTraceError(GilError):
+    """Feedback (or a look-up) names a trace that ``task`` does not have; another task's trace counts as none."""
+
+    def __init__(self, message: str, *, trace_id: str, task: str) -> None:
+        self.trace_id = trace_id
+        self.task = task
+        super().__init__(message)

@@ -23,10 +23,10 @@ from gil_core.errors import SchemaViolationError
 __all__ = [
     "CALL_ROLES",
     "COLUMNS",
+    "COUNTERS",
     "DTYPES",
     "FEEDBACK_VERDICTS",
     "JSON_COLUMNS",
-    "COUNTERS",
     "KEYS",
     "NULLABLE",
     "TABLES",

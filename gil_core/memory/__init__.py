@@ -1,0 +1,33 @@
+"""Memory: confirmed answers per task, asked before the tree. One port (``Memory``) and its adapters.
+
+- ``LanceDBMemory``: embeddings in one LanceDB table, exact float64 cosine per task.
+- ``LexicalMemory``: character 2–3-gram TF-IDF cosine, no model (its own similarity scale).
+- ``CircuitBreakingMemory``: stops calling a failing memory for a cooldown.
+- ``CallableEmbeddingModel``: any embedding function as an ``EmbeddingModel``.
+- ``plan_memory`` / ``rebuild_memory``: what memory holds after a history of verdicts.
+
+LanceDB and scikit-learn are imported on first use, so importing this package stays cheap.
+"""
+
+from gil_core.memory.breaker import BreakerState, CircuitBreakingMemory
+from gil_core.memory.embedders import CallableEmbeddingModel, EmbeddingFunction
+from gil_core.memory.lancedb_memory import LanceDBMemory
+from gil_core.memory.lexical_memory import LexicalMemory
+from gil_core.memory.ports import Memory, MemoryEntry, Recall
+from gil_core.memory.replay import FeedbackEvent, Verdict, plan_memory, rebuild_memory
+
+__all__ = [
+    "BreakerState",
+    "CallableEmbeddingModel",
+    "CircuitBreakingMemory",
+    "EmbeddingFunction",
+    "FeedbackEvent",
+    "LanceDBMemory",
+    "LexicalMemory",
+    "Memory",
+    "MemoryEntry",
+    "Recall",
+    "Verdict",
+    "plan_memory",
+    "rebuild_memory",
+]

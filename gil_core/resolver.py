@@ -1,0 +1,451 @@
+"""The resolver: memory, then the tree, then the habit's output, then narrowed and finally full generation.
+
+Every request ends in exactly one stored trace with its priced calls; feedback on it teaches memory and the
+habit statistics. See ARCHITECTURE.md, "The way of one request".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from gil_core.diagnostics import Diagnostics, MemoryOutcome, default_diagnostics
+from gil_core.errors import GilError, ModelError, UnknownTraceError
+from gil_core.fallback import FallbackGenerator, Generation, SlotFiller, TreeAnswerContract, run_procedure
+from gil_core.fallback.contracts import Contract
+from gil_core.habits.attribution import ReliabilityDelta, attribute_verdict
+from gil_core.habits.shadows import Evidence, build_shadow_index
+from gil_core.judge import Candidate, Judge, SingleTokenJudge
+from gil_core.language import PromptLanguage
+from gil_core.llm import CallRecorder, ChatModel, trace_scope
+from gil_core.memory import FeedbackEvent, Memory, Recall, rebuild_memory
+from gil_core.ontology.model import Option, OptionKind
+from gil_core.tasks import Resolution, TaskDefinition
+from gil_core.telemetry import CallRecord, EnergyModel, TelemetryStore, TraceRecord, utc_now
+from gil_core.traverse import GreedyTraverser, Step, Traversal
+
+__all__ = ["Resolver"]
+
+
+@dataclass
+class _Outcome:
+    """What one request came to, before it is stored."""
+
+    mode: str
+    output: str | None = None
+    confidence: float | None = None
+    walk: Traversal | None = None
+    recall: Recall | None = None
+    memory: MemoryOutcome = "off"
+    failure: str | None = None
+    habit: str | None = None
+    explored_output: str | None = None
+    deltas: list[ReliabilityDelta] = field(default_factory=list)
+
+
+class Resolver:
+    """Resolves requests for any number of tasks over one store, one chat model and (optionally) one memory.
+
+    ``chat`` is wrapped in a ``CallRecorder`` so every call is priced with ``energy`` and stored with its
+    trace. ``judge`` replaces the single-token judge (e.g. a reflex judge, or recorded judgments in a replay).
+    """
+
+    def __init__(
+        self,
+        chat: ChatModel,
+        store: TelemetryStore,
+        *,
+        memory: Memory | None = None,
+        energy: EnergyModel | None = None,
+        judge: Judge | None = None,
+        diagnostics: Diagnostics | None = None,
+        order_seed: str | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._store = store
+        self._memory = memory
+        self._diagnostics = diagnostics or default_diagnostics()
+        self._chat = CallRecorder(
+            chat, sink=store, energy=energy or EnergyModel.tokens(), diagnostics=self._diagnostics
+        )
+        self._judge = judge
+        self._order_seed = order_seed
+        self._extra_body = extra_body
+        self._configs: dict[str, dict[str, Any]] = {}
+        self._shadows: dict[str, Mapping[str, list[Candidate]]] = {}
+
+    @property
+    def store(self) -> TelemetryStore:
+        return self._store
+
+    # -- resolve ------------------------------------------------------------------------------------------
+
+    async def resolve(self, task: TaskDefinition, text: str, *, trace_id: str | None = None) -> Resolution:
+        """Resolve one request. The trace and its calls are durable when this returns."""
+        trace_id = trace_id or uuid.uuid4().hex
+        self._record_config(task)
+        calls: list[CallRecord] = []
+        with self._diagnostics.resolve_span(task.name) as span, trace_scope(trace_id, collect=calls):
+            outcome = await self._resolve(task, text, trace_id)
+            energy = sum(call.energy for call in calls)
+            span.finish(
+                mode=outcome.mode,
+                memory=outcome.memory,
+                energy=energy,
+                confidence=outcome.confidence,
+                failure=outcome.failure,
+            )
+        steps = outcome.walk.steps if outcome.walk is not None else ()
+        trace = TraceRecord(
+            trace_id=trace_id,
+            created_at=utc_now(),
+            task=task.name,
+            state=text,
+            mode=outcome.mode,
+            path=[step.to_json() for step in steps],
+            output=outcome.output,
+            confidence=outcome.confidence,
+            energy=energy,
+            explored_output=outcome.explored_output,
+            label=outcome.habit,
+            recall=outcome.recall.to_json() if outcome.recall is not None else None,
+            failure=outcome.failure,
+        )
+        self._store.record_trace(trace, calls)
+        self._record_walk(task.name, steps, outcome.deltas)
+        return Resolution(
+            trace_id=trace_id,
+            task=task.name,
+            mode=outcome.mode,
+            output=outcome.output,
+            confidence=outcome.confidence,
+            path=tuple(steps),
+            energy=energy,
+            recall=outcome.recall,
+            failure=outcome.failure,
+            habit=outcome.habit,
+            explored_output=outcome.explored_output,
+        )
+
+    async def _resolve(self, task: TaskDefinition, text: str, trace_id: str) -> _Outcome:
+        recall, memory_outcome = await self._lookup(task, text)
+        if recall is not None and recall.hit:
+            return _Outcome("memory", recall.answer, recall.similarity, recall=recall, memory="hit")
+        walk, failure = await self._walk(task, text)
+        outcome = await self._answer(task, text, walk, trace_id)
+        outcome.recall, outcome.memory = recall, memory_outcome
+        if failure is not None and outcome.failure is None and outcome.output is None:
+            outcome.failure = failure
+        return outcome
+
+    async def _lookup(self, task: TaskDefinition, text: str) -> tuple[Recall | None, MemoryOutcome]:
+        threshold = task.policy.memory_threshold
+        if threshold is None or self._memory is None:
+            return None, "off"
+        try:
+            recall = await self._memory.lookup(task.name, text, threshold=threshold)
+        except Exception as exc:  # memory is a cache in front of the tree: a failure is a miss, traced
+            if task.policy.memory_failure == "error":
+                raise
+            return Recall(threshold=threshold, hit=False, error=f"{type(exc).__name__}: {exc}"), "failed"
+        return recall, "hit" if recall is not None and recall.hit else "miss"
+
+    async def _walk(self, task: TaskDefinition, text: str) -> tuple[Traversal | None, str | None]:
+        root = task.tree.root
+        if not root.children and not root.options:
+            return None, None  # a bare root: straight to generation, no judgment call
+        shadows = self._shadow_index(task) if task.policy.show_shadows else None
+        traverser = GreedyTraverser(self._judge_for(task.language), task.policy.thresholds)
+        try:
+            return await traverser.traverse(text, task.tree, shadows=shadows), None
+        except ModelError as exc:
+            return None, f"judge failed: {exc}"
+
+    async def _answer(self, task: TaskDefinition, text: str, walk: Traversal | None, trace_id: str) -> _Outcome:
+        habit = walk.habit if walk is not None else None
+        if habit is None:
+            return await self._generate(task, text, walk)
+        confidence = walk.steps[-1].p if walk is not None else None
+        outcome: _Outcome | None = None
+        if habit.kind is OptionKind.ANSWER:
+            outcome = _Outcome("habit/answer", habit.text, confidence, walk, habit=habit.id)
+        elif habit.kind is OptionKind.TEMPLATE:
+            filler = SlotFiller(
+                self._chat, task.language, max_attempts=task.policy.slot_max_attempts, extra_body=self._extra_body
+            )
+            filled = await self._guard(filler.fill(text, habit, node_id=task.tree.owner(habit.id).id))
+            if isinstance(filled, str) or filled.output is None:
+                # The template could not be filled: answer within the categories above it.
+                return await self._generate(task, text, walk)
+            outcome = _Outcome("habit/template", filled.output, confidence, walk, habit=habit.id)
+        else:
+            generation = await self._guard(
+                run_procedure(
+                    self._generator(task),
+                    text,
+                    habit,
+                    path=self._path_labels(task, walk),
+                    node_id=task.tree.owner(habit.id).id,
+                )
+            )
+            output, failure = _generated(generation)
+            outcome = _Outcome("habit/procedure", output, confidence, walk, habit=habit.id, failure=failure)
+        if _explores(trace_id, task.policy.exploration_rate):
+            await self._explore(task, text, habit, outcome)
+        return outcome
+
+    async def _generate(self, task: TaskDefinition, text: str, walk: Traversal | None) -> _Outcome:
+        """Generation under the task's contract, narrowed to the deepest confirmed category (habits and
+        shadows are not categories, so a template that could not be filled answers within its own)."""
+        categories = self._categories(task, walk)
+        mode = "partial" if categories else "fallback"
+        if not task.policy.allow_fallback:
+            reason = walk.exit_reason if walk is not None else "no tree"
+            return _Outcome("abstain", walk=walk, failure=f"no habit reached ({reason}) and fallback is off")
+        contract: Contract = task.contract
+        path: list[str] = []
+        if categories and task.policy.fallback_scope == "path":
+            path = [task.tree.node(node_id).label for node_id in categories]
+            if isinstance(contract, TreeAnswerContract):
+                narrowed = contract.narrowed(categories[-1])
+                # A category with no answers of its own cannot narrow anything: keep the full list.
+                contract = narrowed if narrowed.answers() else contract
+        node_id = walk.last_node if walk is not None else task.tree.root.id
+        generation = await self._guard(
+            self._generator(task).generate(text, contract, path=path, examples=task.examples, node_id=node_id)
+        )
+        output, failure = _generated(generation)
+        return _Outcome(mode, output, None, walk, failure=failure)
+
+    async def _explore(self, task: TaskDefinition, text: str, habit: Option, outcome: _Outcome) -> None:
+        """Cross-check a habit answer against full generation; a different answer is a dispute."""
+        generation = await self._guard(self._generator(task).generate(text, task.contract, examples=task.examples))
+        explored, _ = _generated(generation)
+        outcome.explored_output = explored
+        disputed = int(explored is not None and outcome.output is not None and explored != outcome.output.strip())
+        outcome.deltas.append(ReliabilityDelta(habit.id, explored=1, disputed=disputed))
+
+    async def _guard(self, work: Any) -> Any:
+        """Await model work; a model failure becomes a failure text instead of an exception."""
+        try:
+            return await work
+        except ModelError as exc:
+            return f"model failed: {exc}"
+
+    # -- feedback -----------------------------------------------------------------------------------------
+
+    async def feedback(self, task: TaskDefinition, trace_id: str, correct: bool, correction: str | None = None) -> None:
+        """Record a verdict on a trace, then teach habit statistics and memory from it.
+
+        The verdict is durable first; a memory that fails to learn is left to a rebuild from the history.
+        """
+        row = self._trace_row(task.name, trace_id)
+        verdict = "correct" if correct else "wrong"
+        correction = correction.strip() if correction and correction.strip() else None
+        self._store.append(
+            "traces", [{**row, "feedback_verdict": verdict, "feedback_correction": correction if not correct else None}]
+        )
+        steps = [_step_from_json(item) for item in json.loads(row["path"] or "[]")]
+        deltas = attribute_verdict(
+            task.tree, mode=row["mode"], steps=steps, output=row["output"], correct=correct, correction=correction
+        )
+        self._record_reliability(task.name, deltas)
+        self._shadows.pop(task.name, None)
+        if task.policy.memory_threshold is None or self._memory is None:
+            return
+        recall = json.loads(row["recall"]) if row["recall"] else {}
+        try:
+            if row["mode"] == "memory" and not correct and recall.get("source"):
+                await self._memory.forget(task.name, recall["source"])
+            answer = row["output"] if correct else correction
+            if answer and answer.strip():
+                await self._memory.remember(task.name, trace_id, row["state"], answer.strip())
+            else:  # nothing confirmed: a verdict given earlier on this trace no longer stands
+                await self._memory.forget(task.name, trace_id)
+        except GilError:
+            pass  # memory is a cache: the verdict is stored, and a rebuild replays it
+        except OSError:
+            pass
+
+    def feedback_history(self, task: str) -> list[FeedbackEvent]:
+        """Every verdict the store holds for ``task``, in the order the requests came in."""
+        traces = (
+            self._store.scan("traces")
+            .filter((pl.col("task") == task) & pl.col("feedback_verdict").is_not_null())
+            .sort("created_at", maintain_order=True)
+            .collect()
+        )
+        return [
+            FeedbackEvent(
+                trace_id=row["trace_id"],
+                text=row["state"],
+                mode=row["mode"],
+                output=row["output"],
+                verdict=row["feedback_verdict"],
+                correction=row["feedback_correction"],
+                recall_source=(json.loads(row["recall"]) or {}).get("source") if row["recall"] else None,
+            )
+            for row in traces.iter_rows(named=True)
+        ]
+
+    async def rebuild_memory(self, task: TaskDefinition) -> int:
+        """Make the task's memory hold what its feedback history confirms (after a loss, or for a new store).
+
+        Returns how many entries it holds afterwards.
+        """
+        if self._memory is None:
+            return 0
+        await rebuild_memory(self._memory, task.name, self.feedback_history(task.name))
+        return len(await self._memory.entries(task.name))
+
+    def _trace_row(self, task: str, trace_id: str) -> dict[str, Any]:
+        rows = self._store.scan("traces").filter(pl.col("trace_id") == trace_id).collect()
+        if rows.is_empty():
+            raise UnknownTraceError(f"no trace {trace_id!r} in {self._store.root}", trace_id=trace_id, task=task)
+        row = rows.row(0, named=True)
+        if row["task"] != task:
+            # Tenants never see each other's traces: say only that this task has no such trace.
+            raise UnknownTraceError(f"task {task!r} has no trace {trace_id!r}", trace_id=trace_id, task=task)
+        return row
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    def _judge_for(self, language: PromptLanguage) -> Judge:
+        if self._judge is not None:
+            return self._judge
+        return SingleTokenJudge(self._chat, language, order_seed=self._order_seed, extra_body=self._extra_body)
+
+    def _generator(self, task: TaskDefinition) -> FallbackGenerator:
+        return FallbackGenerator(
+            self._chat, task.language, max_attempts=task.policy.fallback_max_attempts, extra_body=self._extra_body
+        )
+
+    @staticmethod
+    def _categories(task: TaskDefinition, walk: Traversal | None) -> list[str]:
+        """The categories (nodes, not habits or shadows) confirmed on the way down, in order."""
+        if walk is None:
+            return []
+        return [node_id for node_id in walk.confirmed if task.tree.has_node(node_id)]
+
+    def _path_labels(self, task: TaskDefinition, walk: Traversal | None) -> list[str]:
+        if task.policy.fallback_scope != "path":
+            return []
+        return [task.tree.node(node_id).label for node_id in self._categories(task, walk)]
+
+    def _shadow_index(self, task: TaskDefinition) -> Mapping[str, list[Candidate]]:
+        cached = self._shadows.get(task.name)
+        if cached is None:
+            cached = build_shadow_index(task.tree, self._evidence(task.name), exclude=(task.language.none_of_these,))
+            self._shadows[task.name] = cached
+        return cached
+
+    def _evidence(self, task: str) -> list[Evidence]:
+        traces = (
+            self._store.scan("traces")
+            .filter((pl.col("task") == task) & pl.col("feedback_verdict").is_not_null())
+            .select("state", "path", "mode", "output", "feedback_verdict", "feedback_correction", "explored_output")
+            .collect()
+        )
+        evidence = []
+        for row in traces.iter_rows(named=True):
+            path = json.loads(row["path"] or "[]")
+            if not path:
+                continue
+            evidence.append(
+                Evidence(
+                    state=row["state"],
+                    anchor=path[-1]["node"],
+                    mode=row["mode"],
+                    output=row["output"],
+                    verdict=row["feedback_verdict"],
+                    correction=row["feedback_correction"],
+                    explored_output=row["explored_output"],
+                )
+            )
+        return evidence
+
+    def _record_config(self, task: TaskDefinition) -> None:
+        config = task.config()
+        if self._configs.get(task.name) == config:
+            return
+        self._store.append(
+            "run_configs",
+            [{"task": task.name, "created_at": utc_now(), "config": json.dumps(config, ensure_ascii=False)}],
+        )
+        self._configs[task.name] = config
+
+    def _record_walk(self, task: str, steps: Sequence[Step], deltas: Sequence[ReliabilityDelta]) -> None:
+        if steps:
+            now = utc_now()
+            self._store.append(
+                "node_stats",
+                [
+                    {
+                        "scope": task,
+                        "node_id": step.node,
+                        "hits": 1,
+                        "accepts": int(step.outcome == "accept"),
+                        "exits": int(step.outcome == "exit"),
+                        "last_used_at": now,
+                    }
+                    for step in steps
+                ],
+            )
+            accepted = [step for step in steps if step.outcome == "accept" and step.chosen is not None]
+            if accepted:
+                self._store.append(
+                    "node_choices",
+                    [{"scope": task, "node_id": s.node, "chosen_id": s.chosen, "accepts": 1} for s in accepted],
+                )
+        self._record_reliability(task, deltas)
+
+    def _record_reliability(self, task: str, deltas: Sequence[ReliabilityDelta]) -> None:
+        if deltas:
+            self._store.append(
+                "habit_reliability",
+                [
+                    {
+                        "scope": task,
+                        "item_id": delta.item_id,
+                        "reinforced": delta.reinforced,
+                        "penalized": delta.penalized,
+                        "missed": delta.missed,
+                        "explored": delta.explored,
+                        "disputed": delta.disputed,
+                    }
+                    for delta in deltas
+                ],
+            )
+
+
+def _generated(generation: Generation | str) -> tuple[str | None, str | None]:
+    """The output of a generation and, when there is none, why."""
+    if isinstance(generation, str):
+        return None, generation
+    if generation.output is None:
+        return None, f"contract violated after {generation.attempts} attempts: {generation.complaint}"
+    return generation.output, None
+
+
+def _step_from_json(item: Mapping[str, Any]) -> Step:
+    return Step(
+        node=item["node"],
+        layer=item.get("layer") or 0,
+        outcome=item["outcome"],
+        chosen=item.get("chosen"),
+        p=item.get("p"),
+    )
+
+
+def _explores(trace_id: str, rate: float) -> bool:
+    """Whether this trace is one of the ``rate`` share cross-checked: stable per trace id, no RNG state."""
+    if rate <= 0.0:
+        return False
+    draw = int(hashlib.sha256(trace_id.encode("utf-8")).hexdigest()[:8], 16) / 0x1_0000_0000
+    return draw < rate

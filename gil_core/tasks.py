@@ -1,0 +1,128 @@
+"""What a task is: its tree, its output contract, its language, and the policy the resolver follows for it."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gil_core.errors import ConfigurationError
+from gil_core.fallback.contracts import (
+    ChoiceContract,
+    Contract,
+    ScoreContract,
+    TextContract,
+    TreeAnswerContract,
+)
+from gil_core.language import ENGLISH, PromptLanguage
+from gil_core.ontology.files import dump_tree
+from gil_core.ontology.model import Tree
+from gil_core.traverse import Thresholds
+
+__all__ = ["FallbackScope", "MemoryFailurePolicy", "Resolution", "TaskDefinition", "TaskPolicy"]
+
+FallbackScope = Literal["path", "full"]
+MemoryFailurePolicy = Literal["miss", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPolicy:
+    """How the resolver treats one task.
+
+    ``thresholds`` has no default: accepting a judgment is a decision about precision. ``memory_threshold``
+    None turns memory off. ``fallback_scope`` "path" narrows generation to the last confirmed category first.
+    ``memory_failure`` "miss" lets a failed lookup pass as a miss; "error" fails the request.
+    ``exploration_rate`` is the share of habit answers cross-checked against full generation.
+    """
+
+    thresholds: Thresholds
+    fallback_scope: FallbackScope = "path"
+    memory_threshold: float | None = None
+    allow_fallback: bool = True
+    memory_failure: MemoryFailurePolicy = "miss"
+    exploration_rate: float = 0.0
+    show_shadows: bool = True
+    fallback_max_attempts: int = 3
+    slot_max_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if self.fallback_scope not in ("path", "full"):
+            raise ConfigurationError(f"fallback_scope must be 'path' or 'full', not {self.fallback_scope!r}")
+        if self.memory_failure not in ("miss", "error"):
+            raise ConfigurationError(f"memory_failure must be 'miss' or 'error', not {self.memory_failure!r}")
+        if self.memory_threshold is not None and not (
+            math.isfinite(self.memory_threshold) and -1.0 <= self.memory_threshold <= 1.0
+        ):
+            raise ConfigurationError(f"memory_threshold must lie in [-1, 1], got {self.memory_threshold!r}")
+        if not (math.isfinite(self.exploration_rate) and 0.0 <= self.exploration_rate <= 1.0):
+            raise ConfigurationError(f"exploration_rate must lie in [0, 1], got {self.exploration_rate!r}")
+        for name in ("fallback_max_attempts", "slot_max_attempts"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"{name} must be at least 1")
+
+
+@dataclass(frozen=True)
+class TaskDefinition:
+    """A named task (the tenant): memory, stats and caches never cross task names."""
+
+    name: str
+    contract: Contract
+    tree: Tree
+    policy: TaskPolicy
+    language: PromptLanguage = ENGLISH
+    examples: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.strip():
+            raise ConfigurationError("a task needs a non-blank name")
+
+    def config(self) -> dict[str, Any]:
+        """The task's configuration as stored in ``run_configs`` (the tree by its SHA-256)."""
+        policy = self.policy
+        return {
+            "language": self.language.name,
+            "contract": _describe_contract(self.contract),
+            "tree_sha256": hashlib.sha256(dump_tree(self.tree).encode("utf-8")).hexdigest(),
+            "per_layer": list(policy.thresholds.per_layer),
+            "leaf": policy.thresholds.leaf,
+            "fallback_scope": policy.fallback_scope,
+            "memory_threshold": policy.memory_threshold,
+            "allow_fallback": policy.allow_fallback,
+            "memory_failure": policy.memory_failure,
+            "exploration_rate": policy.exploration_rate,
+            "show_shadows": policy.show_shadows,
+            "fallback_max_attempts": policy.fallback_max_attempts,
+            "slot_max_attempts": policy.slot_max_attempts,
+            "examples": list(self.examples),
+        }
+
+
+def _describe_contract(contract: Contract) -> dict[str, Any]:
+    if isinstance(contract, TreeAnswerContract):
+        return {"kind": "tree", "scope": contract.scope}
+    if isinstance(contract, TextContract):
+        return {"kind": "text", "max_length": contract.max_length}
+    if isinstance(contract, ChoiceContract):
+        return {"kind": "choice", "choices": list(contract.choices)}
+    if isinstance(contract, ScoreContract):
+        return {"kind": "score", "low": contract.low, "high": contract.high}
+    return {"kind": type(contract).__name__}
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What ``resolve`` returns: the stored trace's essentials."""
+
+    trace_id: str
+    task: str
+    mode: str
+    output: str | None
+    confidence: float | None
+    path: tuple[Any, ...] = ()
+    energy: float = 0.0
+    recall: Any = None
+    failure: str | None = None
+    habit: str | None = None
+    explored_output: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,111 @@
+"""LanceDBMemory beyond the port's shared rules: exact cosine, embedding calls, typed failures, LANCE_LOG."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gil_core.errors import MemoryUnavailableError, ModelError
+from gil_core.llm import EmbeddingRecorder, OpenAICompatibleEmbeddingModel
+from gil_core.memory import CallableEmbeddingModel, LanceDBMemory
+from gil_core.telemetry import EnergyModel
+from gil_core.testing import HashEmbeddingModel, ScriptedOpenAIServer
+from tests.memory._support import ListSink
+
+TASK = "support"
+TEXTS = ["where is my refund", "refund where is it", "cancel my order", "my order never came", "printer jammed"]
+
+
+def float64_cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """The reference: numpy float64 cosine of two vectors rounded to float32, as the table stores them."""
+    x, y = (np.asarray(v, dtype=np.float32).astype(np.float64) for v in (a, b))
+    return float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))
+
+
+async def test_similarity_is_the_exact_float64_cosine_of_the_stored_vectors(tmp_path: Path) -> None:
+    embedder = HashEmbeddingModel(64)
+    memory = LanceDBMemory(tmp_path, embedder)
+    for index, text in enumerate(TEXTS):
+        await memory.remember(TASK, f"t-{index}", text, f"answer {index}")
+    query = "where is my refund please"
+    found = await memory.nearest(TASK, query, len(TEXTS))
+    expected = {
+        f"t-{index}": float64_cosine(embedder.embed_text(query), embedder.embed_text(text))
+        for index, text in enumerate(TEXTS)
+    }
+    assert [entry.key for entry in found] == sorted(expected, key=lambda key: -expected[key])
+    for entry in found:
+        assert entry.similarity == pytest.approx(expected[entry.key], abs=1e-12)
+        # Against the unrounded float64 vectors only float32 storage separates them.
+        raw = float(np.dot(embedder.embed_text(query), embedder.embed_text(entry.text)))
+        assert entry.similarity == pytest.approx(raw, abs=1e-6)
+
+
+async def test_embedding_calls_through_an_http_endpoint_are_recorded_and_not_repeated(tmp_path: Path) -> None:
+    sink = ListSink()
+    with ScriptedOpenAIServer(embedding_dimensions=32) as server:
+        async with OpenAICompatibleEmbeddingModel(server.base_url, "embedder") as model:
+            memory = LanceDBMemory(tmp_path, EmbeddingRecorder(model, sink=sink, energy=EnergyModel.tokens()))
+
+            assert await memory.lookup(TASK, "where is my refund", threshold=0.8) is None
+            assert len(sink.calls) == 0  # an empty task costs no embedding
+
+            await memory.remember(TASK, "t-1", "where is my refund", "Soon.")
+            recall = await memory.lookup(TASK, "cancel my order", threshold=0.8)
+            assert len(sink.calls) == 2 and recall is not None and not recall.hit
+
+            await memory.remember(TASK, "t-2", "cancel my order", "Cancelled.")  # the vector of the lookup
+            again = await memory.lookup(TASK, "cancel my order", threshold=0.8)
+            assert again is not None and (again.source, again.hit, again.similarity) == ("t-2", True, 1.0)
+            assert len(sink.calls) == 2
+
+        embedding_requests = [request for request in server.requests if request.path == "/v1/embeddings"]
+    assert len(embedding_requests) == 2
+    assert {(call.role, call.model) for call in sink.calls} == {("embed", "embedder")}
+    assert [call.prompt_tokens for call in sink.calls] == [4, 3]
+
+
+async def test_an_embedder_failure_is_a_typed_error_naming_the_task(tmp_path: Path) -> None:
+    def broken(texts: list[str]) -> list[list[float]]:
+        raise ConnectionError("model server is gone")
+
+    healthy = LanceDBMemory(tmp_path, HashEmbeddingModel(8))
+    await healthy.remember(TASK, "t-1", "where is my refund", "Soon.")
+    memory = LanceDBMemory(tmp_path, CallableEmbeddingModel(broken, name="local"))
+    with pytest.raises(MemoryUnavailableError) as caught:
+        await memory.lookup(TASK, "where is my refund", threshold=0.8)
+    assert caught.value.task == TASK and "'local'" in str(caught.value) and "model server is gone" in str(caught.value)
+    assert isinstance(caught.value.__cause__, ModelError)
+    assert caught.value.__cause__.endpoint == "callable:local"
+
+
+@pytest.mark.parametrize(
+    ("vectors", "says"),
+    [
+        ([[0.0] * 16], "16-dimensional"),
+        ([[math.nan] * 8], "not finite"),
+        ([], "for 1 texts"),
+    ],
+)
+async def test_a_vector_the_table_cannot_hold_is_refused(tmp_path: Path, vectors: list[list[float]], says: str) -> None:
+    await LanceDBMemory(tmp_path, HashEmbeddingModel(8)).remember(TASK, "t-1", "where is my refund", "Soon.")
+    memory = LanceDBMemory(tmp_path, CallableEmbeddingModel(lambda texts: vectors, name="odd"))
+    with pytest.raises(MemoryUnavailableError, match=says):
+        await memory.remember(TASK, "t-2", "cancel my order", "Cancelled.")
+    assert [entry.key for entry in await memory.entries(TASK)] == ["t-1"]
+
+
+def test_lance_log_defaults_to_error_without_overriding_a_choice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LANCE_LOG", raising=False)
+    LanceDBMemory(tmp_path, HashEmbeddingModel())
+    assert os.environ["LANCE_LOG"] == "error"
+    monkeypatch.setenv("LANCE_LOG", "debug")
+    LanceDBMemory(tmp_path, HashEmbeddingModel())
+    assert os.environ["LANCE_LOG"] == "debug"
