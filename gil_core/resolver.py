@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from gil_core.diagnostics import Diagnostics, MemoryOutcome, default_diagnostics
-from gil_core.errors import GilError, ModelError, UnknownTraceError
+from gil_core.errors import GilError, MemoryUnavailableError, ModelError, UnknownTraceError
 from gil_core.fallback import FallbackGenerator, Generation, SlotFiller, TreeAnswerContract, run_procedure
 from gil_core.fallback.contracts import Contract
 from gil_core.habits.attribution import ReliabilityDelta, attribute_verdict
@@ -91,8 +91,13 @@ class Resolver:
         trace_id = trace_id or uuid.uuid4().hex
         self._record_config(task)
         calls: list[CallRecord] = []
+        failed: MemoryUnavailableError | None = None
         with self._diagnostics.resolve_span(task.name) as span, trace_scope(trace_id, collect=calls):
-            outcome = await self._resolve(task, text, trace_id)
+            try:
+                outcome = await self._resolve(task, text, trace_id)
+            except MemoryUnavailableError as exc:  # only with the "error" memory-failure policy
+                failed = exc
+                outcome = _Outcome("abstain", memory="failed", failure=f"memory failed: {exc}")
             energy = sum(call.energy for call in calls)
             span.finish(
                 mode=outcome.mode,
@@ -119,6 +124,8 @@ class Resolver:
         )
         self._store.record_trace(trace, calls)
         self._record_walk(task.name, steps, outcome.deltas)
+        if failed is not None:
+            raise failed
         return Resolution(
             trace_id=trace_id,
             task=task.name,
@@ -152,7 +159,9 @@ class Resolver:
             recall = await self._memory.lookup(task.name, text, threshold=threshold)
         except Exception as exc:  # memory is a cache in front of the tree: a failure is a miss, traced
             if task.policy.memory_failure == "error":
-                raise
+                if isinstance(exc, MemoryUnavailableError):
+                    raise
+                raise MemoryUnavailableError(f"lookup failed: {exc}", task=task.name) from exc
             return Recall(threshold=threshold, hit=False, error=f"{type(exc).__name__}: {exc}"), "failed"
         return recall, "hit" if recall is not None and recall.hit else "miss"
 
