@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,8 @@ from gil_core.telemetry import CallRecord, EnergyModel, TelemetryStore, TraceRec
 from gil_core.traverse import GreedyTraverser, Step, Traversal
 
 __all__ = ["Resolver"]
+
+_RECENT_TRACES = 10_000
 
 
 @dataclass
@@ -78,6 +81,9 @@ class Resolver:
         self._order_seed = order_seed
         self._extra_body = extra_body
         self._configs: dict[str, dict[str, Any]] = {}
+        # Rows of traces this resolver stored recently: feedback usually follows soon, and a scan of the
+        # traces table costs a read of every file in it.
+        self._recent: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._shadows: dict[str, Mapping[str, list[Candidate]]] = {}
 
     @property
@@ -122,7 +128,7 @@ class Resolver:
             recall=outcome.recall.to_json() if outcome.recall is not None else None,
             failure=outcome.failure,
         )
-        self._store.record_trace(trace, calls)
+        self._remember_row(trace_id, self._store.record_trace(trace, calls))
         self._record_walk(task.name, steps, outcome.deltas)
         if failed is not None:
             raise failed
@@ -257,9 +263,9 @@ class Resolver:
         row = self._trace_row(task.name, trace_id)
         verdict = "correct" if correct else "wrong"
         correction = correction.strip() if correction and correction.strip() else None
-        self._store.append(
-            "traces", [{**row, "feedback_verdict": verdict, "feedback_correction": correction if not correct else None}]
-        )
+        judged = {**row, "feedback_verdict": verdict, "feedback_correction": correction if not correct else None}
+        self._store.append("traces", [judged])
+        self._remember_row(trace_id, judged)
         steps = [_step_from_json(item) for item in json.loads(row["path"] or "[]")]
         deltas = attribute_verdict(
             task.tree, mode=row["mode"], steps=steps, output=row["output"], correct=correct, correction=correction
@@ -314,16 +320,24 @@ class Resolver:
         return len(await self._memory.entries(task.name))
 
     def _trace_row(self, task: str, trace_id: str) -> dict[str, Any]:
-        rows = self._store.scan("traces").filter(pl.col("trace_id") == trace_id).collect()
-        if rows.is_empty():
-            raise UnknownTraceError(f"no trace {trace_id!r} in {self._store.root}", trace_id=trace_id, task=task)
-        row = rows.row(0, named=True)
+        row = self._recent.get(trace_id)
+        if row is None:
+            rows = self._store.scan("traces").filter(pl.col("trace_id") == trace_id).collect()
+            if rows.is_empty():
+                raise UnknownTraceError(f"no trace {trace_id!r} in {self._store.root}", trace_id=trace_id, task=task)
+            row = rows.row(0, named=True)
         if row["task"] != task:
             # Tenants never see each other's traces: say only that this task has no such trace.
             raise UnknownTraceError(f"task {task!r} has no trace {trace_id!r}", trace_id=trace_id, task=task)
         return row
 
     # -- helpers ------------------------------------------------------------------------------------------
+
+    def _remember_row(self, trace_id: str, row: dict[str, Any]) -> None:
+        self._recent[trace_id] = row
+        self._recent.move_to_end(trace_id)
+        while len(self._recent) > _RECENT_TRACES:
+            self._recent.popitem(last=False)
 
     def _judge_for(self, language: PromptLanguage) -> Judge:
         if self._judge is not None:

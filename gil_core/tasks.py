@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from gil_core.errors import ConfigurationError
@@ -79,6 +80,11 @@ class TaskDefinition:
 
     def config(self) -> dict[str, Any]:
         """The task's configuration as stored in ``run_configs`` (the tree by its SHA-256)."""
+        return dict(self._config)
+
+    @cached_property
+    def _config(self) -> dict[str, Any]:
+        # Dumping the tree to hash it is the slow part; a definition is immutable, so do it once.
         policy = self.policy
         return {
             "language": self.language.name,

@@ -104,6 +104,6 @@ class CallSink(Protocol):
 class TraceSink(CallSink, Protocol):
     """A sink that also records traces."""
 
-    def record_trace(self, trace: TraceRecord, calls: Sequence[CallRecord] = ()) -> None:
+    def record_trace(self, trace: TraceRecord, calls: Sequence[CallRecord] = ()) -> Any:
         """Persist a trace together with its calls; returning means both are acknowledged."""
         ...

@@ -99,13 +99,16 @@ class TelemetryStore:
         if calls:
             self.append("calls", [_call_row(call) for call in calls])
 
-    def record_trace(self, trace: TraceRecord, calls: Sequence[CallRecord] = ()) -> None:
+    def record_trace(self, trace: TraceRecord, calls: Sequence[CallRecord] = ()) -> dict[str, Any]:
         """Append the calls, then the trace (a visible trace always has its calls); returning = both durable.
 
         Recording a ``trace_id`` again supersedes the earlier row (that is how feedback updates a trace).
+        Returns the trace's row as written (JSON columns as text), which a read would give back.
         """
         self.record_calls(calls)
-        self.append("traces", [_trace_row(trace)])
+        row = _trace_row(trace)
+        self.append("traces", [row])
+        return row
 
     # -- generic tables -----------------------------------------------------------------------------------
 
