@@ -11,7 +11,9 @@
     │   ├── RateLimitedError        429 after retries (retry_after when the server said)
     │   └── BadResponseError        the reply is not what the protocol promises
     ├── TelemetryError           a table write or read failed
-    │   └── SchemaViolationError a row does not fit its table's schema
+    │   ├── SchemaViolationError a row does not fit its table's schema
+    │   ├── ExportRestrictedError the store is marked restricted (gil_core.telemetry.sqlite)
+    │   └── SqliteLayoutError    a SQLite file is not in the reference's layout (gil_core.telemetry.sqlite)
     ├── UnknownTraceError        feedback names a trace the task does not have (task, trace_id)
     └── MemoryUnavailableError   memory cannot answer: its embedder or store failed, or its circuit is open (task)
 """

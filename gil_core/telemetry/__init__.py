@@ -15,6 +15,15 @@ from gil_core.telemetry.records import (
     utc_now,
 )
 from gil_core.telemetry.schemas import COLUMNS, COUNTERS, KEYS, TABLES, validate_frame
+from gil_core.telemetry.sqlite import (
+    TIMESTAMP_FORMAT,
+    ExportReport,
+    ExportRestrictedError,
+    ImportReport,
+    SqliteLayoutError,
+    export_sqlite,
+    import_sqlite,
+)
 from gil_core.telemetry.store import TelemetryStore
 
 __all__ = [
@@ -22,14 +31,21 @@ __all__ = [
     "COUNTERS",
     "KEYS",
     "TABLES",
+    "TIMESTAMP_FORMAT",
     "CallRecord",
     "CallRole",
     "CallSink",
     "CandidateShown",
     "EnergyModel",
+    "ExportReport",
+    "ExportRestrictedError",
+    "ImportReport",
+    "SqliteLayoutError",
     "TelemetryStore",
     "TraceRecord",
     "TraceSink",
+    "export_sqlite",
+    "import_sqlite",
     "utc_now",
     "validate_frame",
 ]

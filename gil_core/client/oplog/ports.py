@@ -1,0 +1,87 @@
+"""The operation log port: one entry per model call (success or not), its statistics, and recall."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol, runtime_checkable
+
+__all__ = ["INPUT_PREVIEW_CHARS", "OperationEntry", "OperationLog", "OperationStats", "RecalledOperation"]
+
+INPUT_PREVIEW_CHARS = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class OperationEntry:
+    """One model call as the operation log keeps it.
+
+    ``input_preview`` is the first ``INPUT_PREVIEW_CHARS`` characters of the messages; ``output`` the full
+    reply (empty when the call failed, with ``error`` saying why). ``attempts`` is the caller's attempt
+    number (``call_options(attempt=...)``). ``duration_ms`` is the wall time of the call as the log saw it
+    (limiter waits and a fallback included). ``embedding`` is set when the log embeds entries and that worked.
+    """
+
+    entry_id: str
+    created_at: datetime
+    intent: str | None
+    input_preview: str
+    output: str
+    target_type: str | None
+    success: bool
+    attempts: int
+    provider: str
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    duration_ms: float = 0.0
+    tags: tuple[str, ...] = ()
+    error: str | None = None
+    embedding: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OperationStats:
+    """The log at a glance; ``success_rate`` is None for an empty log."""
+
+    entries: int
+    successes: int
+    success_rate: float | None
+    prompt_tokens: int
+    completion_tokens: int
+    oldest: datetime | None
+    newest: datetime | None
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class RecalledOperation:
+    """An entry found by ``recall``, its score, and how it was scored."""
+
+    entry: OperationEntry
+    score: float
+    method: Literal["words", "embedding"]
+
+
+@runtime_checkable
+class OperationLog(Protocol):
+    """Where ``LoggedChatModel`` writes its entries."""
+
+    async def record(self, entry: OperationEntry) -> None:
+        """Keep ``entry`` (embedding it first when the log embeds)."""
+        ...
+
+    def entries(self) -> Sequence[OperationEntry]:
+        """Every entry kept, oldest first."""
+        ...
+
+    def stats(self) -> OperationStats:
+        """Entries, success rate, tokens, oldest and newest."""
+        ...
+
+    async def recall(self, query: str, k: int = 5) -> list[RecalledOperation]:
+        """The ``k`` entries most like ``query``, best first (see the adapters for how alike is measured)."""
+        ...
