@@ -21,6 +21,7 @@ from gil_core.errors import GilError, MemoryUnavailableError, ModelError, Unknow
 from gil_core.fallback import FallbackGenerator, Generation, SlotFiller, TreeAnswerContract, run_procedure
 from gil_core.fallback.contracts import Contract
 from gil_core.habits.attribution import ReliabilityDelta, attribute_verdict
+from gil_core.habits.costs import evidence_from_row
 from gil_core.habits.shadows import Evidence, build_shadow_index
 from gil_core.judge import Candidate, Judge, SingleTokenJudge
 from gil_core.language import PromptLanguage
@@ -173,8 +174,8 @@ class Resolver:
 
     async def _walk(self, task: TaskDefinition, text: str) -> tuple[Traversal | None, str | None]:
         root = task.tree.root
-        if not root.children and not root.options:
-            return None, None  # a bare root: straight to generation, no judgment call
+        if not task.policy.use_tree or (not root.children and not root.options):
+            return None, None  # the baseline, or a bare root: straight to generation, no judgment call
         shadows = self._shadow_index(task) if task.policy.show_shadows else None
         traverser = GreedyTraverser(self._judge_for(task.language), task.policy.thresholds)
         try:
@@ -192,7 +193,11 @@ class Resolver:
             outcome = _Outcome("habit/answer", habit.text, confidence, walk, habit=habit.id)
         elif habit.kind is OptionKind.TEMPLATE:
             filler = SlotFiller(
-                self._chat, task.language, max_attempts=task.policy.slot_max_attempts, extra_body=self._extra_body
+                self._chat,
+                task.language,
+                max_attempts=task.policy.slot_max_attempts,
+                max_tokens=task.policy.fallback_max_tokens,
+                extra_body=self._extra_body,
             )
             filled = await self._guard(filler.fill(text, habit, node_id=task.tree.owner(habit.id).id))
             if isinstance(filled, str) or filled.output is None:
@@ -346,7 +351,11 @@ class Resolver:
 
     def _generator(self, task: TaskDefinition) -> FallbackGenerator:
         return FallbackGenerator(
-            self._chat, task.language, max_attempts=task.policy.fallback_max_attempts, extra_body=self._extra_body
+            self._chat,
+            task.language,
+            max_attempts=task.policy.fallback_max_attempts,
+            max_tokens=task.policy.fallback_max_tokens,
+            extra_body=self._extra_body,
         )
 
     @staticmethod
@@ -375,23 +384,8 @@ class Resolver:
             .select("state", "path", "mode", "output", "feedback_verdict", "feedback_correction", "explored_output")
             .collect()
         )
-        evidence = []
-        for row in traces.iter_rows(named=True):
-            path = json.loads(row["path"] or "[]")
-            if not path:
-                continue
-            evidence.append(
-                Evidence(
-                    state=row["state"],
-                    anchor=path[-1]["node"],
-                    mode=row["mode"],
-                    output=row["output"],
-                    verdict=row["feedback_verdict"],
-                    correction=row["feedback_correction"],
-                    explored_output=row["explored_output"],
-                )
-            )
-        return evidence
+        rows = (evidence_from_row(row) for row in traces.iter_rows(named=True))
+        return [row for row in rows if row is not None]
 
     def _record_config(self, task: TaskDefinition) -> None:
         config = task.config()

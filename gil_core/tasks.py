@@ -35,6 +35,7 @@ class TaskPolicy:
     None turns memory off. ``fallback_scope`` "path" narrows generation to the last confirmed category first.
     ``memory_failure`` "miss" lets a failed lookup pass as a miss; "error" fails the request.
     ``exploration_rate`` is the share of habit answers cross-checked against full generation.
+    ``use_tree`` False sends every request straight to full generation: the baseline the tree is measured against.
     """
 
     thresholds: Thresholds
@@ -44,8 +45,10 @@ class TaskPolicy:
     memory_failure: MemoryFailurePolicy = "miss"
     exploration_rate: float = 0.0
     show_shadows: bool = True
+    use_tree: bool = True
     fallback_max_attempts: int = 3
     slot_max_attempts: int = 3
+    fallback_max_tokens: int = 512
 
     def __post_init__(self) -> None:
         if self.fallback_scope not in ("path", "full"):
@@ -58,7 +61,7 @@ class TaskPolicy:
             raise ConfigurationError(f"memory_threshold must lie in [-1, 1], got {self.memory_threshold!r}")
         if not (math.isfinite(self.exploration_rate) and 0.0 <= self.exploration_rate <= 1.0):
             raise ConfigurationError(f"exploration_rate must lie in [0, 1], got {self.exploration_rate!r}")
-        for name in ("fallback_max_attempts", "slot_max_attempts"):
+        for name in ("fallback_max_attempts", "slot_max_attempts", "fallback_max_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be at least 1")
 
@@ -98,8 +101,10 @@ class TaskDefinition:
             "memory_failure": policy.memory_failure,
             "exploration_rate": policy.exploration_rate,
             "show_shadows": policy.show_shadows,
+            "use_tree": policy.use_tree,
             "fallback_max_attempts": policy.fallback_max_attempts,
             "slot_max_attempts": policy.slot_max_attempts,
+            "fallback_max_tokens": policy.fallback_max_tokens,
             "examples": list(self.examples),
         }
 

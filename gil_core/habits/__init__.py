@@ -1,6 +1,39 @@
-"""What the log says about habits: attribution of verdicts, and shadows (known answers not yet habits)."""
+"""What the log says about habits: attribution of verdicts, shadows, and the review rounds (promotion,
+deactivation, differentiation) with their decision log."""
 
 from gil_core.habits.attribution import ReliabilityDelta, attribute_verdict
+from gil_core.habits.costs import EvidenceTrace, JudgeCostModel
+from gil_core.habits.deactivation import DeactivationPolicy, ReliabilityWeights, propose_deactivations
+from gil_core.habits.differentiation import (
+    DifferentiationPolicy,
+    anchored_signals,
+    capacity_signals,
+    group_unserved,
+)
+from gil_core.habits.promotion import PromotionLog, PromotionPolicy, propose_promotions, review_promotions
+from gil_core.habits.review_log import Decision, ReviewKind, ReviewLog
 from gil_core.habits.shadows import Evidence, build_shadow_index, confirmed_answer
 
-__all__ = ["Evidence", "ReliabilityDelta", "attribute_verdict", "build_shadow_index", "confirmed_answer"]
+__all__ = [
+    "DeactivationPolicy",
+    "Decision",
+    "DifferentiationPolicy",
+    "Evidence",
+    "EvidenceTrace",
+    "JudgeCostModel",
+    "PromotionLog",
+    "PromotionPolicy",
+    "ReliabilityDelta",
+    "ReliabilityWeights",
+    "ReviewKind",
+    "ReviewLog",
+    "anchored_signals",
+    "attribute_verdict",
+    "build_shadow_index",
+    "capacity_signals",
+    "confirmed_answer",
+    "group_unserved",
+    "propose_deactivations",
+    "propose_promotions",
+    "review_promotions",
+]

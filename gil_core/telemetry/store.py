@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 from filelock import FileLock
@@ -52,6 +52,10 @@ from filelock import FileLock
 from gil_core.errors import SchemaViolationError, TelemetryError
 from gil_core.telemetry.records import CallRecord, TraceRecord
 from gil_core.telemetry.schemas import COUNTERS, DTYPES, KEYS, NULLABLE, TABLES, validate_frame
+from gil_core.telemetry.stats import HabitTree, Stats, compute_stats
+
+if TYPE_CHECKING:
+    from gil_core.telemetry.energy import EnergyModel
 
 __all__ = ["TelemetryStore"]
 
@@ -178,6 +182,12 @@ class TelemetryStore:
             self._replaces[name] = frozenset(sources)
             _remove(folder, sources)
             return len(sources)
+
+    def stats(self, task: str, window: int, pricing: EnergyModel | None = None, tree: HabitTree | None = None) -> Stats:
+        """What the log says about ``task``: accuracy per mode, habit and memory rates, cost per ``window``
+        requests (chat calls repriced with ``pricing`` when given) and misroutes (with ``tree``); see
+        ``telemetry.stats.compute_stats``."""
+        return compute_stats(self, task, window=window, pricing=pricing, tree=tree)
 
     # -- internals ------------------------------------------------------------------------------------------
 

@@ -1,0 +1,466 @@
+"""The ``gil`` command. Commands that a program reads take ``--json``; errors print one line and exit non-zero.
+
+Every command works on a task file (``--task-file``, default ``gil.yaml`` or ``$GIL_TASK_FILE``); see the
+README's "Task file" section for its keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gil_core.batch import apply_verdicts, read_tickets, read_verdicts, resolve_batch, write_results
+from gil_core.errors import GilError
+from gil_core.ontology import TreeLintWarning, lint_tree, load_tree
+from gil_core.reporting import stats_table
+from gil_core.runtime import open_runtime
+from gil_core.taskfile import TaskFile, load_task_file
+
+app = typer.Typer(
+    name="gil",
+    help="Gil: confirmed-answer memory and one-token judgments in front of an LLM.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console()
+errors = Console(stderr=True)
+T = TypeVar("T")
+
+TaskFileOption = Annotated[
+    Path | None,
+    typer.Option("--task-file", "-t", help="Task file (YAML). Default: $GIL_TASK_FILE, else ./gil.yaml."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for programs instead of tables.")]
+
+
+def fail(message: str) -> typer.Exit:
+    errors.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+def warn(label: str, item: object) -> None:
+    errors.print(f"[yellow]{label}[/yellow] {item}", highlight=False, soft_wrap=True)
+
+
+def guarded(work: Callable[[], T]) -> T:
+    """Run a command body; a Gil error or a missing file becomes one line on stderr and exit code 2."""
+    try:
+        return work()
+    except GilError as exc:
+        raise fail(str(exc)) from None
+    except FileNotFoundError as exc:
+        raise fail(f"{exc.filename}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise fail(str(exc)) from None
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    return guarded(lambda: asyncio.run(coroutine))
+
+
+def task_file(path: Path | None, **overrides: Any) -> TaskFile:
+    chosen = path or Path(os.environ.get("GIL_TASK_FILE", "gil.yaml"))
+    return guarded(lambda: load_task_file(chosen, **overrides))
+
+
+def emit(data: Any, as_json: bool, render: Callable[[], None]) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
+    else:
+        render()
+
+
+@app.command()
+def resolve(
+    text: Annotated[str, typer.Argument(help="The request to resolve.")],
+    task_file_path: TaskFileOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Resolve one request: memory, then the tree, then generation. Prints the answer and how it was found."""
+    loaded = task_file(task_file_path)
+
+    async def work() -> dict[str, Any]:
+        async with open_runtime(loaded) as runtime:
+            resolution = await runtime.resolver.resolve(loaded.task, text)
+        return {
+            "trace_id": resolution.trace_id,
+            "mode": resolution.mode,
+            "output": resolution.output,
+            "confidence": resolution.confidence,
+            "energy": resolution.energy,
+            "path": [step.node for step in resolution.path],
+            "failure": resolution.failure,
+        }
+
+    result = run(work())
+    emit(result, as_json, lambda: console.print(f"[bold]{result['mode']}[/bold]: {result['output']}", highlight=False))
+
+
+@app.command("resolve-batch")
+def resolve_batch_command(
+    tickets: Annotated[Path, typer.Argument(help="Tickets: JSONL lines {id, text}, or Parquet with id and text.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Results JSONL (one line per ticket).")],
+    task_file_path: TaskFileOption = None,
+    concurrency: Annotated[int | None, typer.Option(help="Requests in flight (default: the task file's).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Resolve a batch of tickets. Idempotent by ticket id: a rerun resolves only tickets without a trace."""
+    loaded = task_file(task_file_path)
+    items, bad = guarded(lambda: read_tickets(tickets))
+    for item in bad:
+        warn("skipped", item)
+
+    async def work() -> dict[str, Any]:
+        with Progress(
+            TextColumn("resolving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), disable=as_json
+        ) as bar:
+            job = bar.add_task("tickets", total=len(items))
+            async with open_runtime(loaded) as runtime:
+                report = await resolve_batch(
+                    runtime.resolver,
+                    loaded.task,
+                    items,
+                    concurrency=concurrency or loaded.concurrency,
+                    progress=lambda done, total: bar.update(job, completed=done, total=total),
+                )
+                written = write_results(runtime.resolver, loaded.task, report, out)
+        return {**report.to_json(), "bad_lines": [str(item) for item in bad], "written": written, "out": str(out)}
+
+    result = run(work())
+    for failure in result["failed"]:
+        warn("failed", failure)
+    emit(
+        result,
+        as_json,
+        lambda: console.print(
+            f"resolved {result['resolved']}, already done {result['skipped']}, "
+            f"failed {len(result['failed'])}, bad lines {len(bad)} → {out}"
+        ),
+    )
+
+
+@app.command()
+def feedback(
+    verdicts: Annotated[Path, typer.Argument(help="Verdicts JSONL: {trace_id, correct, correction?} per line.")],
+    task_file_path: TaskFileOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Apply verdicts: memory remembers confirmed answers and forgets wrong hits; habit statistics learn."""
+    loaded = task_file(task_file_path)
+    items, bad = guarded(lambda: read_verdicts(verdicts))
+    for item in bad:
+        warn("skipped", item)
+
+    async def work() -> dict[str, Any]:
+        async with open_runtime(loaded) as runtime:
+            report = await apply_verdicts(runtime.resolver, loaded.task, items)
+        return {**report.to_json(), "bad_lines": [str(item) for item in bad]}
+
+    result = run(work())
+    emit(result, as_json, lambda: console.print(f"applied {result['applied']}, unchanged {result['unchanged']}"))
+
+
+@app.command()
+def stats(
+    task_file_path: TaskFileOption = None,
+    window: Annotated[int, typer.Option(help="Requests per cost window.")] = 50,
+    as_json: JsonOption = False,
+) -> None:
+    """Accuracy per mode with 95% intervals, habit and memory rates, and cost per request over time."""
+    from gil_core.telemetry import TelemetryStore
+
+    loaded = task_file(task_file_path)
+    store = TelemetryStore(loaded.store)
+    rows = guarded(lambda: stats_table(store, loaded.task.name))
+
+    def render() -> None:
+        table = Table(title=f"task {loaded.task.name}")
+        for column in ("mode", "requests", "judged", "correct", "accuracy", "mean_energy"):
+            table.add_column(column, justify="left" if column == "mode" else "right")
+        for row in rows:
+            table.add_row(
+                *(str(row[column]) for column in ("mode", "requests", "judged", "correct", "accuracy", "mean_energy"))
+            )
+        console.print(table)
+
+    emit(rows, as_json, render)
+
+
+@app.command("lint-tree")
+def lint_tree_command(
+    path: Annotated[Path, typer.Argument(help="Tree file (YAML).")],
+    as_json: JsonOption = False,
+) -> None:
+    """Check a tree file: errors (with file:line and node) fail; warnings are listed."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TreeLintWarning)
+        tree = guarded(lambda: load_tree(path))
+    findings = [str(finding) for finding in lint_tree(tree)]
+    nodes = sum(1 for _ in tree.iter_nodes())
+    emit(
+        {"file": str(path), "nodes": nodes, "warnings": findings},
+        as_json,
+        lambda: console.print(
+            "\n".join([*findings, f"{path}: {nodes} nodes, {len(findings)} warnings"]), highlight=False
+        ),
+    )
+
+
+@app.command("rebuild-memory")
+def rebuild_memory_command(task_file_path: TaskFileOption = None, as_json: JsonOption = False) -> None:
+    """Make memory hold exactly what the feedback history confirms."""
+    loaded = task_file(task_file_path)
+
+    async def work() -> int:
+        async with open_runtime(loaded) as runtime:
+            return await runtime.resolver.rebuild_memory(loaded.task)
+
+    entries = run(work())
+    emit({"entries": entries}, as_json, lambda: console.print(f"memory holds {entries} confirmed answers"))
+
+
+@app.command("fit-energy")
+def fit_energy_command(task_file_path: TaskFileOption = None, as_json: JsonOption = False) -> None:
+    """Fit energy coefficients to the server timings in the store; later prices use them."""
+    from dataclasses import asdict
+
+    from gil_core.maintenance import fit_and_store_energy
+    from gil_core.telemetry import TelemetryStore
+
+    loaded = task_file(task_file_path)
+    model = guarded(lambda: fit_and_store_energy(TelemetryStore(loaded.store)))
+    data = asdict(model) if model is not None else None
+    emit(data, as_json, lambda: console.print(data if data else "too few server timings to fit"))
+
+
+@app.command("export-sqlite")
+def export_sqlite_command(
+    store: Annotated[Path, typer.Argument(help="The telemetry store directory.")],
+    out: Annotated[Path, typer.Argument(help="The SQLite file to write (the reference's layout).")],
+    as_json: JsonOption = False,
+) -> None:
+    """Write the store in the reference's SQLite layout (refused when the store is marked restricted)."""
+    from gil_core.telemetry import TelemetryStore
+    from gil_core.telemetry.sqlite import export_sqlite
+
+    if not store.is_dir():
+        raise fail(f"{store}: no such store directory")
+    report = guarded(lambda: export_sqlite(TelemetryStore(store), out))
+    emit({"out": str(out), "rows": report.rows}, as_json, lambda: console.print(f"wrote {out}: {report.rows}"))
+
+
+@app.command("import-sqlite")
+def import_sqlite_command(
+    database: Annotated[Path, typer.Argument(help="A SQLite file in the reference's layout.")],
+    store: Annotated[Path, typer.Argument(help="The telemetry store directory to write into.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Read a reference-layout SQLite file into a store (validated like every write)."""
+    from gil_core.telemetry import TelemetryStore
+    from gil_core.telemetry.sqlite import import_sqlite
+
+    if not database.is_file():
+        raise fail(f"{database}: no such file")
+    report = guarded(lambda: import_sqlite(database, TelemetryStore(store)))
+    emit({"store": str(store), "rows": report.rows}, as_json, lambda: console.print(f"read {database}: {report.rows}"))
+
+
+review_app = typer.Typer(help="Review rounds: propose, then decide item by item.", no_args_is_help=True)
+app.add_typer(review_app, name="review")
+
+
+def _review(kind: str, task_file_path: Path | None, as_json: bool) -> None:
+    from flows.review import review_path
+    from gil_core.reviews import deactivation_review, differentiation_review, promotion_review
+    from gil_core.telemetry import TelemetryStore
+
+    loaded = task_file(task_file_path)
+    store = TelemetryStore(loaded.store)
+
+    async def differentiate() -> Any:
+        async with open_runtime(loaded) as runtime:
+            if runtime.embedder is None:
+                raise fail("differentiation needs an embedding_model in the task file")
+            return await differentiation_review(store, loaded.task, runtime.embedder)
+
+    if kind == "promotion":
+        review = guarded(lambda: promotion_review(store, loaded.task))
+    elif kind == "deactivation":
+        review = guarded(lambda: deactivation_review(store, loaded.task))
+    else:
+        review = run(differentiate())
+    path = review.write(review_path(str(loaded.path), kind))
+    emit(
+        {"kind": kind, "file": str(path), "items": review.items},
+        as_json,
+        lambda: console.print(review.to_yaml() + f"\n{len(review.items)} items → {path}", highlight=False),
+    )
+
+
+@review_app.command()
+def promote(task_file_path: TaskFileOption = None, as_json: JsonOption = False) -> None:
+    """Propose recurring confirmed answers as new habits (net saving > 0), best first."""
+    _review("promotion", task_file_path, as_json)
+
+
+@review_app.command()
+def deactivate(task_file_path: TaskFileOption = None, as_json: JsonOption = False) -> None:
+    """Propose unreliable, disputed or stale habits for retirement."""
+    _review("deactivation", task_file_path, as_json)
+
+
+@review_app.command()
+def differentiate(task_file_path: TaskFileOption = None, as_json: JsonOption = False) -> None:
+    """Propose categories to split (near capacity) or add (unserved requests), and answers anchored too high."""
+    _review("differentiation", task_file_path, as_json)
+
+
+@review_app.command()
+def decide(
+    kind: Annotated[str, typer.Argument(help="promotion | deactivation | differentiation")],
+    item_id: Annotated[str, typer.Argument(help="The item's id from the review list.")],
+    decision: Annotated[str, typer.Argument(help="accepted | rejected | deferred")],
+    note: Annotated[str | None, typer.Option(help="Why (kept in the review log).")] = None,
+    task_file_path: TaskFileOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Record a decision. Accepting a promotion adds the habit to the tree file; accepting a retirement removes it."""
+    from gil_core.reviews import decide as record_decision
+    from gil_core.telemetry import TelemetryStore
+
+    loaded = task_file(task_file_path)
+    tree = guarded(lambda: record_decision(TelemetryStore(loaded.store), loaded.task, kind, item_id, decision, note))
+    changed = tree is not None
+    emit(
+        {"kind": kind, "item_id": item_id, "decision": decision, "tree_changed": changed},
+        as_json,
+        lambda: console.print(
+            f"{kind} {item_id}: {decision}" + (f" — {loaded.task.tree.source} updated" if changed else "")
+        ),
+    )
+
+
+UI_HOST, UI_PORT = "127.0.0.1", 4200
+
+
+def _prefect_environment(api_url: str | None = None) -> None:
+    """Analytics off everywhere; point at our UI server when asked. Set before Prefect reads its settings."""
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    os.environ["DO_NOT_TRACK"] = "1"
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # The ephemeral server's first start runs its migrations: on a busy 2-core machine that takes a while.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    if api_url:
+        os.environ["PREFECT_API_URL"] = api_url
+
+
+@app.command()
+def demo(
+    task_file_path: TaskFileOption = None,
+    limit: Annotated[int, typer.Option(help="Use only the first N tickets (0 = all).")] = 0,
+    chunk: Annotated[int, typer.Option(help="Tickets per batch in the first pass (feedback after each).")] = 100,
+    fresh: Annotated[bool, typer.Option(help="Start from an empty demo store and memory.")] = True,
+    as_json: JsonOption = False,
+) -> None:
+    """Run the bundled support tickets twice through the flows on the local models, with feedback between."""
+    _prefect_environment()
+    from flows.demo import DEMO_ANSWERS, DEMO_TASK_FILE, DEMO_TICKETS, demo_flow, prepare
+
+    chosen = task_file_path or DEMO_TASK_FILE
+    loaded = task_file(chosen)
+    paths = guarded(lambda: prepare(chosen, fresh=fresh))
+    console.print(f"demo: {DEMO_TICKETS.name} through {loaded.task.tree.source} (task {loaded.task.name})")
+    summary = run(
+        demo_flow(str(chosen), str(DEMO_TICKETS), str(DEMO_ANSWERS), str(paths.work), chunk=chunk, limit=limit)
+    )
+
+    def render() -> None:
+        table = Table(title="gil demo: two passes over the bundled tickets")
+        for column in ("pass", "requests", "accuracy", "memory share", "mean energy / request", "modes"):
+            table.add_column(column, justify="left" if column in ("pass", "modes") else "right")
+        for name, row in summary.items():
+            modes = ", ".join(f"{mode} {count}" for mode, count in row["modes"].items())
+            table.add_row(
+                name,
+                str(row["requests"]),
+                f"{row['accuracy']:.1%}",
+                f"{row['memory_share']:.1%}",
+                f"{row['mean_energy']:.1f}",
+                modes,
+            )
+        console.print(table)
+        stats(task_file_path=chosen, window=50, as_json=False)
+        console.print(
+            f"Everything is in the store at {loaded.store}. The runs, logs and artifacts are in Prefect: "
+            f"run `gil ui` and open http://{UI_HOST}:{UI_PORT}/runs"
+        )
+
+    emit(summary, as_json, render)
+
+
+@app.command()
+def ui(
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = UI_HOST,
+    port: Annotated[int, typer.Option(help="Port of the Prefect server and UI.")] = UI_PORT,
+) -> None:
+    """Start the Prefect server and UI on loopback, analytics off (blocks until stopped)."""
+    import subprocess
+
+    _prefect_environment()
+    command = [
+        sys.executable,
+        "-m",
+        "prefect",
+        "server",
+        "start",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--analytics-off",
+    ]
+    console.print(f"Prefect UI on http://{host}:{port} (Ctrl-C stops it)")
+    raise typer.Exit(subprocess.call(command))
+
+
+@app.command()
+def serve(
+    task_file_path: TaskFileOption = None,
+    tickets: Annotated[Path, typer.Option(help="The queue file resolve-batch reads every 5 minutes.")] = Path(
+        "queue/tickets.jsonl"
+    ),
+    verdicts: Annotated[Path, typer.Option(help="The verdicts file apply-feedback reads.")] = Path(
+        "queue/verdicts.jsonl"
+    ),
+    api_url: Annotated[
+        str, typer.Option(help="Prefect API of the `gil ui` server.")
+    ] = f"http://{UI_HOST}:{UI_PORT}/api",
+) -> None:
+    """Register every flow as a deployment with its default schedule against `gil ui`, and run them."""
+    _prefect_environment(api_url)
+    from flows.deployments import serve_all
+
+    chosen = task_file_path or Path(os.environ.get("GIL_TASK_FILE", "gil.yaml"))
+    task_file(chosen)  # fail early, in one line, on a bad task file
+    guarded(lambda: serve_all(chosen, tickets, verdicts))
+
+
+def main() -> None:  # the console-script entry point
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""``gil demo``: the bundled support tickets through the flows, twice, with feedback from the answer key between.
+
+The first pass meets every request cold, in chunks with feedback after each, so memory grows as it would in a
+queue; the second pass replays the same tickets (new ids) and memory answers what was confirmed. Everything runs
+on the task file's models (the embedded local LLM and embedder by default) and shows up in the Prefect UI.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from flows.batch import apply_feedback_flow, resolve_batch_flow
+from flows.maintenance import fit_energy_flow
+from gil_core.taskfile import load_task_file
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_TASK_FILE = ROOT / "ontologies" / "support-task.yaml"
+DEMO_TICKETS = ROOT / "data" / "support_tickets.jsonl"
+DEMO_ANSWERS = ROOT / "data" / "support_answers.jsonl"
+
+
+@dataclass(frozen=True)
+class DemoPaths:
+    task_file: Path
+    work: Path
+
+    def file(self, name: str) -> Path:
+        return self.work / name
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def verdicts_from_key(results: list[dict[str, Any]], answers: dict[str, str]) -> list[dict[str, Any]]:
+    """A verdict per result: correct when the output is the expected answer, else wrong with it as correction."""
+    verdicts = []
+    for result in results:
+        expected = answers[result["id"].split("#", 1)[0]]
+        if (result["output"] or "").strip() == expected:
+            verdicts.append({"trace_id": result["trace_id"], "correct": True})
+        else:
+            verdicts.append({"trace_id": result["trace_id"], "correct": False, "correction": expected})
+    return verdicts
+
+
+@flow(name="demo")
+async def demo_flow(
+    task_file: str, tickets: str, answers: str, work: str, chunk: int = 100, limit: int = 0
+) -> dict[str, Any]:
+    """Pass 1 in chunks with feedback after each; pass 2 over the same tickets; then fit energy."""
+    paths = DemoPaths(Path(task_file), Path(work))
+    key = {row["id"]: row["answer"] for row in _read_jsonl(Path(answers))}
+    all_tickets = _read_jsonl(Path(tickets))
+    if limit:
+        all_tickets = all_tickets[:limit]
+    passes: dict[str, list[dict[str, Any]]] = {"first": [], "second": []}
+    plan = [("first", all_tickets[start : start + chunk], "") for start in range(0, len(all_tickets), chunk)]
+    plan.append(("second", all_tickets, "#again"))
+    for number, (name, tickets_chunk, suffix) in enumerate(plan, start=1):
+        batch = _write_jsonl(
+            paths.file(f"tickets-{number}.jsonl"), [{"id": t["id"] + suffix, "text": t["text"]} for t in tickets_chunk]
+        )
+        out = paths.file(f"results-{number}.jsonl")
+        await resolve_batch_flow(str(paths.task_file), str(batch), out=str(out))
+        results = _read_jsonl(out)
+        passes[name].extend(results)
+        verdicts = _write_jsonl(paths.file(f"verdicts-{number}.jsonl"), verdicts_from_key(results, key))
+        await apply_feedback_flow(str(paths.task_file), str(verdicts))
+    await fit_energy_flow(str(paths.task_file))
+    return {name: summarize(rows, key) for name, rows in passes.items()}
+
+
+def summarize(results: list[dict[str, Any]], key: dict[str, str]) -> dict[str, Any]:
+    """Per pass: requests, accuracy, memory share and mean energy per request."""
+    total = len(results) or 1
+    correct = sum((r["output"] or "").strip() == key[r["id"].split("#", 1)[0]] for r in results)
+    return {
+        "requests": len(results),
+        "accuracy": correct / total,
+        "memory_share": sum(r["mode"] == "memory" for r in results) / total,
+        "mean_energy": sum(r["energy"] or 0.0 for r in results) / total,
+        "modes": {mode: sum(r["mode"] == mode for r in results) for mode in sorted({r["mode"] for r in results})},
+    }
+
+
+def prepare(task_file: Path, *, fresh: bool) -> DemoPaths:
+    """The demo's working folder beside its store; ``fresh`` starts from an empty store and memory."""
+    loaded = load_task_file(task_file)
+    work = loaded.store.parent / "demo-files"
+    if fresh:
+        for folder in (loaded.store, loaded.memory, work):
+            shutil.rmtree(folder, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    return DemoPaths(task_file, work)

@@ -1,0 +1,53 @@
+"""fit-energy, rebuild-memory and compact-telemetry: the flows that keep a store's figures and memory right."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from flows._prefect import gil_task
+from gil_core.maintenance import compact_store, fit_and_store_energy
+from gil_core.runtime import open_runtime
+from gil_core.taskfile import load_task_file
+from gil_core.telemetry import TelemetryStore
+
+
+@gil_task(name="fit energy")
+def fit_energy_task(task_file: str) -> dict[str, Any] | None:
+    model = fit_and_store_energy(TelemetryStore(load_task_file(task_file).store))
+    return asdict(model) if model is not None else None
+
+
+@gil_task(name="rebuild memory", retries=2)
+async def rebuild_memory_task(task_file: str) -> int:
+    loaded = load_task_file(task_file)
+    async with open_runtime(loaded) as runtime:
+        return await runtime.resolver.rebuild_memory(loaded.task)
+
+
+@gil_task(name="compact tables", retries=1)
+def compact_task(task_file: str) -> dict[str, int]:
+    return compact_store(TelemetryStore(load_task_file(task_file).store))
+
+
+@flow(name="fit-energy")
+async def fit_energy_flow(task_file: str) -> dict[str, Any] | None:
+    """Fit energy coefficients to the server timings in the store; later prices and stats use them."""
+    fitted = fit_energy_task(task_file)
+    get_run_logger().info("energy model: %s", json.dumps(fitted) if fitted else "too few samples to fit")
+    return fitted
+
+
+@flow(name="rebuild-memory")
+async def rebuild_memory_flow(task_file: str) -> int:
+    """Make memory hold what the feedback history confirms (after a restart on a new disk, or a new store)."""
+    return await rebuild_memory_task(task_file)
+
+
+@flow(name="compact-telemetry")
+async def compact_telemetry_flow(task_file: str) -> dict[str, int]:
+    """Merge each table's small files into one (safe while other processes write and read)."""
+    return compact_task(task_file)

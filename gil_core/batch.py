@@ -1,0 +1,272 @@
+"""Batches: queued tickets resolved with bounded concurrency, idempotent by ticket id, and verdicts applied.
+
+A ticket's trace id is derived from its task and ticket id, so a rerun (after a crash, or by a scheduler that
+fires twice) resolves only the tickets that have no trace yet, and never stores a second trace for a ticket.
+One bad ticket is reported and skipped; the rest of the batch runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from gil_core.errors import GilError, UnknownTraceError
+from gil_core.habits.attribution import habit_for_text
+from gil_core.resolver import Resolver
+from gil_core.tasks import TaskDefinition
+
+__all__ = [
+    "BadInput",
+    "BatchReport",
+    "FeedbackReport",
+    "Ticket",
+    "Verdict",
+    "apply_verdicts",
+    "read_tickets",
+    "read_verdicts",
+    "resolve_batch",
+    "ticket_trace_id",
+    "write_results",
+]
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    trace_id: str
+    correct: bool
+    correction: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BadInput:
+    """An input line or ticket that could not be used: where it was and why."""
+
+    where: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.reason}"
+
+
+@dataclass
+class BatchReport:
+    resolved: int = 0
+    skipped: int = 0
+    failed: list[BadInput] = field(default_factory=list)
+    trace_ids: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "resolved": self.resolved,
+            "skipped": self.skipped,
+            "failed": [str(item) for item in self.failed],
+            "tickets": len(self.trace_ids),
+        }
+
+
+@dataclass
+class FeedbackReport:
+    applied: int = 0
+    unchanged: int = 0
+    failed: list[BadInput] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"applied": self.applied, "unchanged": self.unchanged, "failed": [str(item) for item in self.failed]}
+
+
+def ticket_trace_id(task: str, ticket_id: str) -> str:
+    """The trace id of a ticket: stable across runs, distinct across tasks."""
+    return hashlib.sha256(f"{task}\x1f{ticket_id}".encode()).hexdigest()[:32]
+
+
+def read_tickets(path: str | Path) -> tuple[list[Ticket], list[BadInput]]:
+    """Tickets from JSONL (one ``{"id", "text"}`` per line) or Parquet (columns id, text)."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        frame = pl.read_parquet(path)
+        missing = {"id", "text"} - set(frame.columns)
+        if missing:
+            return [], [BadInput(str(path), f"missing columns {sorted(missing)}")]
+        rows: Iterable[tuple[str, Any]] = (
+            (f"{path}: row {index + 1}", row)
+            for index, row in enumerate(frame.select("id", "text").iter_rows(named=True))
+        )
+    else:
+        rows = _json_lines(path)
+    tickets, bad = [], []
+    seen: set[str] = set()
+    for where, row in rows:
+        if isinstance(row, BadInput):
+            bad.append(row)
+            continue
+        if (
+            not isinstance(row, dict)
+            or not isinstance(row.get("id"), str | int)
+            or not isinstance(row.get("text"), str)
+        ):
+            bad.append(BadInput(where, 'a ticket needs "id" (string) and "text" (string)'))
+            continue
+        ticket = Ticket(str(row["id"]), row["text"])
+        if not ticket.text.strip():
+            bad.append(BadInput(where, f"ticket {ticket.id!r} has no text"))
+        elif ticket.id in seen:
+            bad.append(BadInput(where, f"ticket id {ticket.id!r} appears twice"))
+        else:
+            seen.add(ticket.id)
+            tickets.append(ticket)
+    return tickets, bad
+
+
+def read_verdicts(path: str | Path) -> tuple[list[Verdict], list[BadInput]]:
+    """Verdicts from JSONL: ``{"trace_id", "correct": true|false, "correction"?}`` per line."""
+    verdicts, bad = [], []
+    for where, row in _json_lines(Path(path)):
+        if isinstance(row, BadInput):
+            bad.append(row)
+        elif (
+            not isinstance(row, dict)
+            or not isinstance(row.get("trace_id"), str)
+            or not isinstance(row.get("correct"), bool)
+            or not isinstance(row.get("correction"), str | None)
+        ):
+            bad.append(BadInput(where, 'a verdict needs "trace_id" (string), "correct" (true/false), "correction"?'))
+        else:
+            verdicts.append(Verdict(row["trace_id"], row["correct"], row.get("correction")))
+    return verdicts, bad
+
+
+def _json_lines(path: Path) -> Iterator[tuple[str, Any]]:
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield where, BadInput(where, f"not JSON ({exc.msg})")
+
+
+async def resolve_batch(
+    resolver: Resolver,
+    task: TaskDefinition,
+    tickets: Iterable[Ticket],
+    *,
+    concurrency: int = 4,
+    progress: Progress | None = None,
+) -> BatchReport:
+    """Resolve every ticket that has no trace yet, at most ``concurrency`` at a time."""
+    tickets = list(tickets)
+    report = BatchReport(trace_ids={t.id: ticket_trace_id(task.name, t.id) for t in tickets})
+    done = existing_trace_ids(resolver, task.name)
+    todo = [t for t in tickets if report.trace_ids[t.id] not in done]
+    report.skipped = len(tickets) - len(todo)
+    gate = asyncio.Semaphore(concurrency)
+    finished = report.skipped
+    if progress is not None:
+        progress(finished, len(tickets))
+
+    async def one(ticket: Ticket) -> None:
+        nonlocal finished
+        async with gate:
+            try:
+                await resolver.resolve(task, ticket.text, trace_id=report.trace_ids[ticket.id])
+                report.resolved += 1
+            except GilError as exc:  # the trace, when one was stored, says why; the batch goes on
+                report.failed.append(BadInput(f"ticket {ticket.id!r}", str(exc)))
+            finished += 1
+            if progress is not None:
+                progress(finished, len(tickets))
+
+    await asyncio.gather(*(one(ticket) for ticket in todo))
+    return report
+
+
+def existing_trace_ids(resolver: Resolver, task: str) -> set[str]:
+    traces = resolver.store.scan("traces").filter(pl.col("task") == task).select("trace_id").collect()
+    return set(traces["trace_id"].to_list())
+
+
+def write_results(resolver: Resolver, task: TaskDefinition, report: BatchReport, out: str | Path) -> int:
+    """Write one result line per ticket that has a trace (stable interface, see README), atomically."""
+    by_trace = {trace_id: ticket_id for ticket_id, trace_id in report.trace_ids.items()}
+    traces = (
+        resolver.store.scan("traces")
+        .filter(pl.col("trace_id").is_in(list(by_trace)))
+        .select("trace_id", "mode", "output", "label", "confidence", "energy", "path", "failure")
+        .collect()
+    )
+    rows = {row["trace_id"]: row for row in traces.iter_rows(named=True)}
+    out = Path(out)
+    temporary = out.with_name(f".{out.name}.tmp")
+    written = 0
+    with temporary.open("w", encoding="utf-8") as handle:
+        for ticket_id, trace_id in report.trace_ids.items():
+            row = rows.get(trace_id)
+            if row is None:
+                continue
+            option_id = row["label"] if row["mode"].startswith("habit/") else habit_for_text(task.tree, row["output"])
+            line = {
+                "id": ticket_id,
+                "trace_id": trace_id,
+                "mode": row["mode"],
+                "output": row["output"],
+                "option_id": option_id,
+                "confidence": row["confidence"],
+                "energy": row["energy"],
+                "path": [step["node"] for step in json.loads(row["path"] or "[]")],
+                "failure": row["failure"],
+            }
+            handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+            written += 1
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, out)
+    return written
+
+
+async def apply_verdicts(resolver: Resolver, task: TaskDefinition, verdicts: Iterable[Verdict]) -> FeedbackReport:
+    """Apply verdicts in order. A verdict the trace already carries is not applied twice (so a rerun after a
+    crash counts nothing twice); an unknown trace is reported and the rest go on."""
+    report = FeedbackReport()
+    given = _given_verdicts(resolver, task.name)
+    for verdict in verdicts:
+        correction = (verdict.correction or "").strip() or None
+        wanted = ("correct" if verdict.correct else "wrong", None if verdict.correct else correction)
+        if given.get(verdict.trace_id) == wanted:
+            report.unchanged += 1
+            continue
+        try:
+            await resolver.feedback(task, verdict.trace_id, verdict.correct, verdict.correction)
+        except UnknownTraceError as exc:
+            report.failed.append(BadInput(f"trace {verdict.trace_id!r}", str(exc)))
+            continue
+        given[verdict.trace_id] = wanted
+        report.applied += 1
+    return report
+
+
+def _given_verdicts(resolver: Resolver, task: str) -> dict[str, tuple[str, str | None]]:
+    rows = (
+        resolver.store.scan("traces")
+        .filter((pl.col("task") == task) & pl.col("feedback_verdict").is_not_null())
+        .select("trace_id", "feedback_verdict", "feedback_correction")
+        .collect()
+    )
+    return {row[0]: (row[1], row[2]) for row in rows.iter_rows()}

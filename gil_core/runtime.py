@@ -1,0 +1,103 @@
+"""Opening what a task file names: the chat model, the embedder, memory and the store, wired into a Resolver.
+
+``open_runtime`` is an async context manager, so local model servers and HTTP clients are closed on the way out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from gil_core.errors import ConfigurationError
+from gil_core.llm import ChatModel, EmbeddingModel, EmbeddingRecorder, OpenAICompatibleChatModel
+from gil_core.llm.openai_compat import OpenAICompatibleEmbeddingModel
+from gil_core.maintenance import ENERGY_META_KEY
+from gil_core.memory import LanceDBMemory, Memory
+from gil_core.resolver import Resolver
+from gil_core.taskfile import ModelSpec, TaskFile
+from gil_core.telemetry import EnergyModel, TelemetryStore
+from gil_core.testing import HashEmbeddingModel
+
+__all__ = ["Runtime", "open_runtime"]
+
+
+@dataclass
+class Runtime:
+    """A task file opened: everything a flow or a CLI command needs."""
+
+    task_file: TaskFile
+    store: TelemetryStore
+    resolver: Resolver
+    memory: Memory | None
+    chat_model_name: str
+    embedder: EmbeddingModel | None = None
+
+    @property
+    def task(self) -> Any:
+        return self.task_file.task
+
+
+def _api_key(spec: ModelSpec) -> str | None:
+    if spec.api_key_env is None:
+        return None
+    key = os.environ.get(spec.api_key_env)
+    if key is None:
+        raise ConfigurationError(f"the environment variable {spec.api_key_env} (api_key_env) is not set")
+    return key
+
+
+async def _chat_model(spec: ModelSpec, stack: AsyncExitStack) -> ChatModel:
+    if spec.kind == "local":
+        from gil_core.local import LocalLLMServer  # the optional extra: imported only when asked for
+
+        server = LocalLLMServer.ensure()
+        return await stack.enter_async_context(OpenAICompatibleChatModel(server.base_url, server.model))
+    assert spec.url is not None and spec.name is not None
+    return await stack.enter_async_context(OpenAICompatibleChatModel(spec.url, spec.name, api_key=_api_key(spec)))
+
+
+async def _embedding_model(spec: ModelSpec, stack: AsyncExitStack) -> EmbeddingModel | None:
+    if spec.kind == "none":
+        return None
+    if spec.kind == "hash":
+        return HashEmbeddingModel()
+    if spec.kind == "local":
+        from gil_core.local import MiniLMEmbeddingModel
+
+        return MiniLMEmbeddingModel()
+    assert spec.url is not None and spec.name is not None
+    return await stack.enter_async_context(OpenAICompatibleEmbeddingModel(spec.url, spec.name, api_key=_api_key(spec)))
+
+
+@asynccontextmanager
+async def open_runtime(
+    task_file: TaskFile, *, energy: EnergyModel | None = None, chat: ChatModel | None = None
+) -> AsyncIterator[Runtime]:
+    """Open the task file's models, memory and store. ``chat`` replaces the named chat model (tests, benchmarks).
+
+    Calls are priced with ``energy``, else with the coefficients last fitted into the store, else by tokens.
+    """
+    async with AsyncExitStack() as stack:
+        store = TelemetryStore(task_file.store)
+        prices = energy or load_fitted_energy(store) or EnergyModel.tokens()
+        chat_model = chat or await _chat_model(task_file.chat_model, stack)
+        embedder = await _embedding_model(task_file.embedding_model, stack)
+        memory: Memory | None = None
+        if embedder is not None and task_file.task.policy.memory_threshold is not None:
+            memory = LanceDBMemory(task_file.memory, EmbeddingRecorder(embedder, sink=store, energy=prices))
+        resolver = Resolver(chat_model, store, memory=memory, energy=prices, order_seed=task_file.order_seed)
+        yield Runtime(task_file, store, resolver, memory, chat_model.name, embedder)
+
+
+def load_fitted_energy(store: TelemetryStore) -> EnergyModel | None:
+    """The coefficients ``fit-energy`` last stored in ``store_meta``, if any."""
+    meta = store.read("store_meta")
+    rows = meta.filter(meta["key"] == ENERGY_META_KEY)
+    if rows.is_empty():
+        return None
+    values = json.loads(rows["value"][0])
+    return EnergyModel(**values)

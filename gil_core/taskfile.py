@@ -1,0 +1,252 @@
+"""Task files: one YAML file names a task, its tree, language, contract, thresholds, models and store.
+
+Every key is documented in the README ("Task file"). Errors name the file, the line and the key.
+Paths in a task file are relative to the file itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gil_core.errors import ConfigurationError, GilError, TreeFileError
+from gil_core.fallback import TextContract, TreeAnswerContract
+from gil_core.fallback.contracts import Contract
+from gil_core.language import ENGLISH, KOREAN, PromptLanguage
+from gil_core.ontology import Tree, load_tree
+from gil_core.tasks import TaskDefinition, TaskPolicy
+from gil_core.traverse import Thresholds
+
+__all__ = ["ModelSpec", "TaskFile", "TaskFileError", "load_task_file", "parse_task_file"]
+
+LANGUAGES: dict[str, PromptLanguage] = {"en": ENGLISH, "ko": KOREAN}
+
+
+class TaskFileError(ConfigurationError):
+    """A task file is malformed; the message names the file, the line and the key."""
+
+    def __init__(self, message: str, *, path: str, line: int | None = None, key: str | None = None) -> None:
+        self.path, self.line, self.key = path, line, key
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {f'{key}: ' if key else ''}{message}")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """Where a model is: an OpenAI-compatible ``url`` and ``name``, or ``local`` (the embedded default),
+    or for embeddings also ``hash`` (a deterministic stand-in, no model) and ``none``."""
+
+    kind: str  # "remote" | "local" | "hash" | "none"
+    url: str | None = None
+    name: str | None = None
+    api_key_env: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskFile:
+    """A loaded task file: the task itself plus where it runs."""
+
+    task: TaskDefinition
+    path: Path
+    chat_model: ModelSpec
+    embedding_model: ModelSpec
+    store: Path
+    memory: Path
+    concurrency: int = 4
+    order_seed: str | None = None
+    do_not_record: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_KEYS = {
+    "task": "the task name (tenant); required",
+    "tree": "path of the tree YAML; required",
+    "language": "en | ko",
+    "contract": "tree | text | {kind: text, max_length: N}",
+    "thresholds": "{per_layer: [..], leaf: x}; required",
+    "memory_threshold": "number or null (memory off)",
+    "memory_failure": "miss | error",
+    "fallback_scope": "path | full",
+    "allow_fallback": "true | false",
+    "use_tree": "true | false (false: every request goes straight to full generation)",
+    "exploration_rate": "0..1",
+    "show_shadows": "true | false",
+    "fallback_max_attempts": "integer ≥ 1",
+    "slot_max_attempts": "integer ≥ 1",
+    "fallback_max_tokens": "integer ≥ 1 (tokens one generation may produce; default 512)",
+    "examples": "list of example answers shown to generation",
+    "chat_model": "local | {url, name, api_key_env}",
+    "embedding_model": "local | hash | none | {url, name, api_key_env}",
+    "store": "telemetry store directory",
+    "memory": "memory directory (LanceDB)",
+    "concurrency": "model calls in flight during a batch",
+    "order_seed": "seed that shuffles judge candidates per request",
+    "do_not_record": "true: requests of this task are never written with their text",
+}
+
+
+def load_task_file(path: str | Path, **overrides: Any) -> TaskFile:
+    """Read a task file; ``overrides`` (e.g. from CLI flags) replace keys of the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TaskFileError(f"cannot read the task file: {exc.strerror or exc}", path=str(path)) from exc
+    return parse_task_file(text, path=path, overrides=overrides)
+
+
+def parse_task_file(text: str, *, path: Path, overrides: dict[str, Any] | None = None) -> TaskFile:
+    where = str(path)
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark is not None else None
+        raise TaskFileError(f"YAML syntax error: {exc.problem}", path=where, line=line) from exc
+    if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
+        raise TaskFileError("a task file is a mapping of keys to values", path=where, line=1)
+    lines = {key.value: key.start_mark.line + 1 for key, _ in node.value if isinstance(key, yaml.ScalarNode)}
+    data.update({key: value for key, value in (overrides or {}).items() if value is not None})
+    reader = _Reader(where, lines, data, path.parent)
+    return reader.task_file(path)
+
+
+class _Reader:
+    def __init__(self, where: str, lines: dict[str, int], data: dict[str, Any], base: Path) -> None:
+        self.where, self.lines, self.data, self.base = where, lines, data, base
+        unknown = sorted(set(data) - set(_KEYS))
+        if unknown:
+            key = unknown[0]
+            raise self.fail(key, f"unknown key (known keys: {', '.join(_KEYS)})")
+
+    def fail(self, key: str, message: str) -> TaskFileError:
+        return TaskFileError(message, path=self.where, line=self.lines.get(key), key=key)
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., *, required: bool = False) -> Any:
+        if key not in self.data or (self.data[key] is None and not required):
+            if required:
+                raise self.fail(key, f"required ({_KEYS[key]})")
+            return None if default is ... else default
+        value = self.data[key]
+        if isinstance(value, bool) and kind in (int, float, (int, float)):
+            raise self.fail(key, f"expected {_KEYS[key]}, got {value!r}")
+        if not isinstance(value, kind):
+            raise self.fail(key, f"expected {_KEYS[key]}, got {value!r}")
+        return value
+
+    def path(self, key: str, default: str) -> Path:
+        value = Path(self.get(key, str, default))
+        return value if value.is_absolute() else self.base / value
+
+    def model(self, key: str, default: str) -> ModelSpec:
+        value = self.data.get(key, default)
+        if isinstance(value, str) and value in ("local", "hash", "none"):
+            if key == "chat_model" and value != "local":
+                raise self.fail(key, f"expected {_KEYS[key]}, got {value!r}")
+            return ModelSpec(kind=value)
+        if isinstance(value, dict) and isinstance(value.get("url"), str) and isinstance(value.get("name"), str):
+            extra = sorted(set(value) - {"url", "name", "api_key_env"})
+            if extra:
+                raise self.fail(key, f"unknown model key {extra[0]!r} (url, name, api_key_env)")
+            return ModelSpec("remote", value["url"], value["name"], value.get("api_key_env"))
+        raise self.fail(key, f"expected {_KEYS[key]}, got {value!r}")
+
+    def tree(self) -> Tree:
+        tree_path = self.path("tree", "")
+        if "tree" not in self.data:
+            raise self.fail("tree", f"required ({_KEYS['tree']})")
+        try:
+            return load_tree(tree_path)
+        except TreeFileError:
+            raise
+        except GilError as exc:  # pragma: no cover - load_tree raises TreeFileError only
+            raise self.fail("tree", str(exc)) from exc
+
+    def contract(self, tree: Tree) -> Contract:
+        value = self.data.get("contract", "tree")
+        if value == "tree":
+            return TreeAnswerContract(tree)
+        if value == "text":
+            return TextContract()
+        if isinstance(value, dict) and value.get("kind") == "text" and set(value) <= {"kind", "max_length"}:
+            max_length = value.get("max_length")
+            if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)):
+                raise self.fail("contract", f"max_length must be an integer, got {max_length!r}")
+            return TextContract(max_length=max_length)
+        raise self.fail("contract", f"expected {_KEYS['contract']}, got {value!r}")
+
+    def thresholds(self) -> Thresholds:
+        value = self.get("thresholds", dict, required=True)
+        if set(value) != {"per_layer", "leaf"}:
+            raise self.fail("thresholds", "needs exactly per_layer and leaf")
+        per_layer = value["per_layer"]
+        if (
+            not isinstance(per_layer, list)
+            or not all(_is_number(v) for v in per_layer)
+            or not _is_number(value["leaf"])
+        ):
+            raise self.fail("thresholds", "per_layer is a list of numbers and leaf a number")
+        try:
+            return Thresholds(per_layer=tuple(float(v) for v in per_layer), leaf=float(value["leaf"]))
+        except ConfigurationError as exc:
+            raise self.fail("thresholds", str(exc)) from exc
+
+    def task_file(self, path: Path) -> TaskFile:
+        name = self.get("task", str, required=True)
+        language_name = self.get("language", str, "en")
+        if language_name not in LANGUAGES:
+            raise self.fail("language", f"expected {_KEYS['language']}, got {language_name!r}")
+        tree = self.tree()
+        try:
+            policy = TaskPolicy(
+                thresholds=self.thresholds(),
+                fallback_scope=self.get("fallback_scope", str, "path"),
+                memory_threshold=self.get("memory_threshold", (int, float), None),
+                allow_fallback=self.get("allow_fallback", bool, True),
+                memory_failure=self.get("memory_failure", str, "miss"),
+                exploration_rate=float(self.get("exploration_rate", (int, float), 0.0)),
+                show_shadows=self.get("show_shadows", bool, True),
+                fallback_max_attempts=self.get("fallback_max_attempts", int, 3),
+                slot_max_attempts=self.get("slot_max_attempts", int, 3),
+                fallback_max_tokens=self.get("fallback_max_tokens", int, 512),
+                use_tree=self.get("use_tree", bool, True),
+            )
+        except TaskFileError:
+            raise
+        except ConfigurationError as exc:
+            raise TaskFileError(str(exc), path=self.where) from exc
+        examples = self.get("examples", list, [])
+        task = TaskDefinition(
+            name=name,
+            contract=self.contract(tree),
+            tree=tree,
+            policy=policy,
+            language=LANGUAGES[language_name],
+            examples=tuple(str(example) for example in examples),
+        )
+        concurrency = self.get("concurrency", int, 4)
+        if concurrency < 1:
+            raise self.fail("concurrency", "must be at least 1")
+        return TaskFile(
+            task=task,
+            path=path,
+            chat_model=self.model("chat_model", "local"),
+            embedding_model=self.model("embedding_model", "local"),
+            store=self.path("store", ".gil/store"),
+            memory=self.path("memory", ".gil/memory"),
+            concurrency=concurrency,
+            order_seed=self.get("order_seed", str, None),
+            do_not_record=self.get("do_not_record", bool, False),
+        )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def with_overrides(task_file: TaskFile, **changes: Any) -> TaskFile:
+    """A copy of ``task_file`` with fields replaced (CLI flags applied after loading)."""
+    return replace(task_file, **changes)

@@ -1,0 +1,386 @@
+"""Reading the log: what a task's traces say about accuracy per mode, habit and memory use, cost over time and
+misroutes (REFERENCE.md, "Stats"), for ``gil stats`` and the review flows.
+
+Everything is one lazy Polars plan over the store's tables (scan, filter, join, group-by), never a loop over rows:
+a store holds millions of traces and the answer has to come back in well under a second (BENCHMARKS.md, "Stats
+over a large store"). Telemetry sits below the ontology, so the tree is taken as the ``HabitTree`` protocol, which
+``gil_core.ontology.Tree`` satisfies, rather than imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import polars as pl
+
+from gil_core.errors import ConfigurationError
+from gil_core.telemetry.energy import EnergyModel
+
+if TYPE_CHECKING:
+    from gil_core.telemetry.store import TelemetryStore
+
+__all__ = [
+    "WILSON_Z",
+    "CostWindow",
+    "HabitTree",
+    "Misroute",
+    "Misroutes",
+    "ModeStats",
+    "Stats",
+    "compute_stats",
+    "price_expression",
+    "wilson_bounds",
+]
+
+WILSON_Z = 1.959963984540054
+"""The two-sided 95% normal quantile the reference uses for Wilson intervals."""
+
+_HABIT_PREFIX = "habit/"
+# A failed lookup's recall carries an ``error`` string (nulls are left out of the JSON). Keys are the store's
+# fixed set and a quote inside a JSON string is always escaped, so this pattern matches the key and nothing
+# else; it is ~40× cheaper than parsing every recall (``json_path_match``) on a million traces.
+_RECALL_ERROR = r'"error"\s*:\s*"'
+
+
+# -- the tree, as far as stats need it ----------------------------------------------------------------------
+
+
+class _HabitView(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def text(self) -> str | None: ...
+
+
+class _NodeView(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def children(self) -> Sequence[_NodeView]: ...
+    @property
+    def options(self) -> Sequence[_HabitView]: ...
+
+
+class HabitTree(Protocol):
+    """What misroute detection reads from a tree: its nodes, depth first. ``ontology.Tree`` is one."""
+
+    def iter_nodes(self) -> Iterator[tuple[_NodeView, int]]: ...
+
+
+# -- the result ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModeStats:
+    """One mode's requests and verdicts. ``accuracy`` = correct / judged with its 95% Wilson interval
+    [``low``, ``high``]; all three are None when no request of the mode was judged."""
+
+    mode: str
+    requests: int
+    judged: int
+    correct: int
+    accuracy: float | None
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CostWindow:
+    """``requests`` consecutive requests (in trace order) from position ``first`` (0-based) and their energy."""
+
+    first: int
+    requests: int
+    total_energy: float
+    mean_energy: float
+
+
+@dataclass(frozen=True, slots=True)
+class Misroute:
+    """``count`` requests whose walk ended at ``node`` while their confirmed answer is ``habit``, elsewhere."""
+
+    node: str
+    habit: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Misroutes:
+    """Of ``checked`` requests (judged, with a path, confirmed answer a habit of the tree), ``count`` ended at a
+    node whose subtree does not hold that habit; ``by_node`` breaks them down, most frequent first."""
+
+    checked: int
+    count: int
+    by_node: tuple[Misroute, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """What the log says about one task. Rates are None when the task has no requests; ``misroutes`` is None
+    when no tree was given; ``repriced`` says whether chat calls were priced again with a given model."""
+
+    task: str
+    requests: int
+    modes: tuple[ModeStats, ...]
+    habit_rate: float | None
+    memory_rate: float | None
+    memory_failures: int
+    window: int
+    repriced: bool
+    windows: tuple[CostWindow, ...]
+    misroutes: Misroutes | None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready values (``gil stats --json``): the dataclass tree as dicts and lists."""
+        plain: dict[str, Any] = _plain(asdict(self))
+        return plain
+
+    def render(self) -> str:
+        """A plain-text report for the command line."""
+        lines = [f"task {self.task!r}: {self.requests:,} requests"]
+        lines.append(f"{'mode':<18}{'requests':>10}{'judged':>10}{'correct':>10}{'accuracy':>10}  95% interval")
+        for mode in self.modes:
+            interval = "" if mode.low is None else f"[{_percent(mode.low)}, {_percent(mode.high)}]"
+            lines.append(
+                f"{mode.mode:<18}{mode.requests:>10,}{mode.judged:>10,}{mode.correct:>10,}"
+                f"{_percent(mode.accuracy):>10}  {interval}"
+            )
+        lines.append(
+            f"habit rate {_percent(self.habit_rate)}   memory rate {_percent(self.memory_rate)}   "
+            f"memory failures {self.memory_failures:,}"
+        )
+        priced = "chat calls repriced" if self.repriced else "energy as recorded"
+        lines.append(f"cost per window of {self.window:,} requests ({priced})")
+        lines.append(f"{'first':>10}{'requests':>10}{'total':>14}{'mean':>12}")
+        lines += [
+            f"{cost.first:>10,}{cost.requests:>10,}{cost.total_energy:>14,.1f}{cost.mean_energy:>12,.2f}"
+            for cost in self.windows
+        ]
+        if self.misroutes is not None:
+            lines.append(f"misroutes: {self.misroutes.count:,} of {self.misroutes.checked:,} checked")
+            lines += [f"  {item.node} ↛ {item.habit}: {item.count:,}" for item in self.misroutes.by_node]
+        return "\n".join(lines)
+
+
+def _percent(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+# -- expressions ----------------------------------------------------------------------------------------------
+
+
+def wilson_bounds(correct: pl.Expr, judged: pl.Expr, z: float = WILSON_Z) -> tuple[pl.Expr, pl.Expr]:
+    """The Wilson score interval of ``correct`` successes in ``judged`` trials, as (low, high) expressions.
+
+    Null when ``judged`` is 0. At the extremes the bounds are pinned, not computed: no success gives a low of
+    exactly 0.0 and all successes a high of exactly 1.0 (floating point would land a hair off either way).
+    """
+    n = judged.cast(pl.Float64)
+    k = correct.cast(pl.Float64)
+    p = k / n
+    z2 = z * z
+    scale = 1.0 + z2 / n
+    centre = (p + z2 / (2.0 * n)) / scale
+    half = z * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / scale
+    judged_any = judged > 0
+    low = pl.when(~judged_any).then(None).when(correct == 0).then(0.0).otherwise((centre - half).clip(0.0, 1.0))
+    high = pl.when(~judged_any).then(None).when(correct == judged).then(1.0).otherwise((centre + half).clip(0.0, 1.0))
+    return low, high
+
+
+def price_expression(model: EnergyModel) -> pl.Expr:
+    """``model.price`` over the calls table's token columns (the reference's formula, as one expression)."""
+    fresh = (pl.col("prompt_tokens") - pl.col("cached_tokens")).clip(lower_bound=0)
+    return (
+        model.fixed
+        + model.per_fresh_prompt_token * fresh
+        + model.per_cached_token * pl.col("cached_tokens")
+        + model.per_output_token * pl.col("completion_tokens")
+    )
+
+
+def _confirmed_answer() -> pl.Expr:
+    """The answer a verdict confirms: the output when correct, the correction when wrong, stripped."""
+    verdict = pl.col("feedback_verdict")
+    return (
+        pl.when(verdict == "correct")
+        .then(pl.col("output"))
+        .when(verdict == "wrong")
+        .then(pl.col("feedback_correction"))
+        .str.strip_chars()
+    )
+
+
+# -- the computation ------------------------------------------------------------------------------------------
+
+
+def compute_stats(
+    store: TelemetryStore,
+    task: str,
+    *,
+    window: int,
+    pricing: EnergyModel | None = None,
+    tree: HabitTree | None = None,
+) -> Stats:
+    """The stats of ``task`` from ``store`` (see ``Stats``).
+
+    Cost windows are consecutive chunks of ``window`` requests in trace order (``created_at``, ties in write
+    order); the last one may be shorter. Without ``pricing`` a request costs its recorded energy; with it, its
+    chat calls (every role but ``embed``) are priced from their tokens by ``pricing`` while embeddings keep their
+    recorded energy. Misroutes need ``tree``; a request counts as checked when it was judged, has a path whose
+    last node is in the tree, and its confirmed answer is the text of an answer habit.
+    """
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ConfigurationError(f"a cost window holds at least one request, got {window!r}")
+    columns = ["trace_id", "created_at", "mode", "feedback_verdict", "energy", "recall"]
+    if tree is not None:
+        columns += ["path", "output", "feedback_correction"]
+    scan = (
+        store.scan("traces")
+        .filter(pl.col("task") == task)
+        .select(columns)
+        .with_columns(failed=pl.col("recall").str.contains(_RECALL_ERROR).fill_null(False))
+        .drop("recall")
+    )
+    if tree is not None:
+        scan = scan.with_columns(answer=_confirmed_answer()).drop("output", "feedback_correction")
+    # Read (and supersede) once; only the cost windows need request order, so only they sort, on two columns.
+    frame = scan.collect().lazy()
+    costs = frame.select("trace_id", "created_at", "energy")
+    if pricing is not None:
+        costs = _reprice(store, costs, pricing)
+    queries = [_modes(frame), _totals(frame), _windows(costs, window)]
+    if tree is not None:
+        queries += _misroutes(frame, tree)
+    modes, totals, windows, *misroutes = pl.collect_all(queries)
+    requests, habits, memory, failures = totals.row(0)
+    return Stats(
+        task=task,
+        requests=requests,
+        modes=tuple(ModeStats(**row) for row in modes.iter_rows(named=True)),
+        habit_rate=habits / requests if requests else None,
+        memory_rate=memory / requests if requests else None,
+        memory_failures=failures,
+        window=window,
+        repriced=pricing is not None,
+        windows=tuple(CostWindow(**row) for row in windows.iter_rows(named=True)),
+        misroutes=_misroute_result(*misroutes) if misroutes else None,
+    )
+
+
+def _reprice(store: TelemetryStore, traces: pl.LazyFrame, pricing: EnergyModel) -> pl.LazyFrame:
+    """Replace each trace's energy by its calls': chat calls priced by ``pricing``, embeddings as recorded.
+    Rows keep their order, so requests logged at the same instant stay in write order."""
+    energy = pl.when(pl.col("role") == "embed").then(pl.col("energy")).otherwise(price_expression(pricing))
+    per_trace = (
+        store.scan("calls")
+        .select("trace_id", "role", "prompt_tokens", "cached_tokens", "completion_tokens", "energy")
+        .group_by("trace_id")  # calls of other tasks find no trace below: grouping first hashes each id once
+        .agg(energy.sum().alias("energy"))
+    )
+    return (
+        traces.drop("energy")
+        .join(per_trace, on="trace_id", how="left", maintain_order="left")
+        .with_columns(pl.col("energy").fill_null(0.0))
+    )
+
+
+def _modes(base: pl.LazyFrame) -> pl.LazyFrame:
+    verdict = pl.col("feedback_verdict")
+    low, high = wilson_bounds(pl.col("correct"), pl.col("judged"))
+    return (
+        base.group_by("mode")
+        .agg(
+            requests=pl.len().cast(pl.Int64),
+            judged=verdict.is_not_null().sum().cast(pl.Int64),
+            correct=(verdict == "correct").sum().cast(pl.Int64),
+        )
+        .with_columns(
+            accuracy=pl.when(pl.col("judged") > 0).then(pl.col("correct") / pl.col("judged")),
+            low=low,
+            high=high,
+        )
+        .sort(["requests", "mode"], descending=[True, False])
+    )
+
+
+def _totals(base: pl.LazyFrame) -> pl.LazyFrame:
+    mode = pl.col("mode")
+    return base.select(
+        requests=pl.len().cast(pl.Int64),
+        habits=mode.str.starts_with(_HABIT_PREFIX).sum().cast(pl.Int64),
+        memory=(mode == "memory").sum().cast(pl.Int64),
+        failures=pl.col("failed").sum().cast(pl.Int64),
+    )
+
+
+def _windows(base: pl.LazyFrame, window: int) -> pl.LazyFrame:
+    return (
+        base.sort("created_at", maintain_order=True)
+        .select("energy")
+        .with_row_index("position")
+        .group_by((pl.col("position") // window).alias("chunk"))
+        .agg(
+            first=pl.col("position").min().cast(pl.Int64),
+            requests=pl.len().cast(pl.Int64),
+            total_energy=pl.col("energy").sum(),
+            mean_energy=pl.col("energy").mean(),
+        )
+        .sort("chunk")
+        .drop("chunk")
+    )
+
+
+def _misroutes(base: pl.LazyFrame, tree: HabitTree) -> list[pl.LazyFrame]:
+    """Two queries: how many requests were checked, and the misrouted ones counted per (last node, habit)."""
+    homes = _habit_homes(tree)
+    habits = homes.group_by("text").agg(pl.col("habit").first()).lazy()
+    nodes = pl.LazyFrame({"node": sorted({node.id for node, _ in tree.iter_nodes()})}, schema={"node": pl.String})
+    last_node = pl.col("path").str.json_decode(pl.List(pl.Struct({"node": pl.String}))).list.last().struct.field("node")
+    checked = (
+        base.select(text=pl.col("answer"), path=pl.col("path"))
+        .join(habits, on="text", how="semi")
+        .select("text", node=last_node)
+        .join(nodes, on="node", how="semi")
+    )
+    misrouted = (
+        checked.join(homes.lazy(), on=["text", "node"], how="anti")
+        .join(habits, on="text", how="left")
+        .group_by("node", "habit")
+        .agg(count=pl.len().cast(pl.Int64))
+        .sort(["count", "node", "habit"], descending=[True, False, False])
+    )
+    return [checked.select(checked=pl.len().cast(pl.Int64)), misrouted]
+
+
+def _habit_homes(tree: HabitTree) -> pl.DataFrame:
+    """One row (text, habit, node) per answer habit and per node on the way from the root to it: the nodes
+    whose subtree holds the habit."""
+    rows: dict[str, list[str]] = {"text": [], "habit": [], "node": []}
+    ancestors: list[str] = []
+    for node, layer in tree.iter_nodes():  # depth first: the stack of ancestors is the path to ``node``
+        del ancestors[layer - 1 :]
+        ancestors.append(node.id)
+        for option in node.options:
+            if option.kind == "answer" and option.text is not None:
+                for home in ancestors:
+                    rows["text"].append(option.text.strip())
+                    rows["habit"].append(option.id)
+                    rows["node"].append(home)
+    return pl.DataFrame(rows, schema={"text": pl.String, "habit": pl.String, "node": pl.String})
+
+
+def _misroute_result(checked: pl.DataFrame, misrouted: pl.DataFrame) -> Misroutes:
+    by_node = tuple(Misroute(**row) for row in misrouted.iter_rows(named=True))
+    return Misroutes(checked=checked.item(), count=sum(item.count for item in by_node), by_node=by_node)

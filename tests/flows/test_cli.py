@@ -1,0 +1,154 @@
+"""The gil command through typer's runner, against the scripted server over real HTTP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from gil_core.testing import ScriptedOpenAIServer
+from tests.flows._support import write_task_file
+from tests.resolver._support import ROOT, Script, support_server
+
+REFUND = "Refunds reach the original payment method within 5 business days of approval."
+runner = CliRunner()
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedOpenAIServer]:
+    scripts = {
+        "where is my refund?": Script(route=["billing", "refund status"]),
+        "do you sell gift cards?": Script(answers=["None of these"]),
+    }
+    with support_server(scripts, default=Script(answers=["None of these"])) as running:
+        yield running
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["resolve", "resolve-batch", "feedback", "stats", "lint-tree", "rebuild-memory", "fit-energy"],
+)
+def test_every_command_has_help(command: str) -> None:
+    code, out, _ = invoke(command, "--help")
+    assert code == 0 and "Usage" in out and len(out.splitlines()) > 4
+
+
+def test_resolve_prints_json_a_program_can_read(server: ScriptedOpenAIServer, tmp_path: Path) -> None:
+    task = write_task_file(tmp_path, server.base_url)
+    code, out, _ = invoke("resolve", "where is my refund?", "-t", str(task), "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert (result["mode"], result["output"], result["path"]) == ("habit/answer", REFUND, ["root", "billing"])
+
+
+def test_a_batch_with_a_bad_line_reports_it_and_resolves_the_rest_then_feedback_and_stats(
+    server: ScriptedOpenAIServer, tmp_path: Path
+) -> None:
+    task = write_task_file(tmp_path, server.base_url)
+    tickets = tmp_path / "tickets.jsonl"
+    lines = [
+        '{"id": "a", "text": "where is my refund?"}',
+        "this is not json",
+        '{"id": "b", "text": "do you sell gift cards?"}',
+    ]
+    tickets.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "results.jsonl"
+    code, stdout, stderr = invoke("resolve-batch", str(tickets), "--out", str(out), "-t", str(task), "--json")
+    assert code == 0, stderr
+    assert f"{tickets}:2: not JSON" in stderr
+    summary = json.loads(stdout)
+    assert (summary["resolved"], summary["skipped"], summary["written"]) == (2, 0, 2)
+    results = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [(r["id"], r["mode"], r["option_id"]) for r in results] == [
+        ("a", "habit/answer", "refund-status"),
+        ("b", "fallback", None),
+    ]
+    assert set(results[0]) == {
+        "id",
+        "trace_id",
+        "mode",
+        "output",
+        "option_id",
+        "confidence",
+        "energy",
+        "path",
+        "failure",
+    }
+    # A rerun resolves nothing new.
+    code, stdout, _ = invoke("resolve-batch", str(tickets), "--out", str(out), "-t", str(task), "--json")
+    assert (json.loads(stdout)["resolved"], json.loads(stdout)["skipped"]) == (0, 2)
+
+    verdicts = tmp_path / "verdicts.jsonl"
+    verdicts.write_text(
+        json.dumps({"trace_id": results[0]["trace_id"], "correct": True})
+        + "\n"
+        + json.dumps({"trace_id": results[1]["trace_id"], "correct": False, "correction": "We do not sell them."})
+        + "\n",
+        encoding="utf-8",
+    )
+    code, stdout, _ = invoke("feedback", str(verdicts), "-t", str(task), "--json")
+    assert code == 0 and json.loads(stdout)["applied"] == 2
+    code, stdout, _ = invoke("feedback", str(verdicts), "-t", str(task), "--json")
+    assert json.loads(stdout) == {"applied": 0, "unchanged": 2, "failed": [], "bad_lines": []}
+
+    code, stdout, _ = invoke("stats", "-t", str(task), "--json")
+    by_mode = {row["mode"]: row for row in json.loads(stdout)}
+    assert by_mode["habit/answer"]["correct"] == 1 and by_mode["fallback"]["judged"] == 1
+
+    code, stdout, _ = invoke("resolve", "do you sell gift cards?", "-t", str(task), "--json")
+    assert (json.loads(stdout)["mode"], json.loads(stdout)["output"]) == ("memory", "We do not sell them.")
+
+    code, stdout, _ = invoke("rebuild-memory", "-t", str(task), "--json")
+    assert json.loads(stdout) == {"entries": 2}
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["resolve", "x", "-t", "missing.yaml"], "missing.yaml"),
+        (["lint-tree", "nowhere.yaml"], "nowhere.yaml"),
+    ],
+)
+def test_bad_input_is_one_line_and_a_non_zero_exit(args: list[str], words: str) -> None:
+    code, _, stderr = invoke(*args)
+    assert code == 2 and words in stderr and len(stderr.strip().splitlines()) == 1
+
+
+def test_a_bad_task_file_key_names_file_line_and_key(server: ScriptedOpenAIServer, tmp_path: Path) -> None:
+    task = write_task_file(tmp_path, server.base_url, colour="red")
+    code, _, stderr = invoke("resolve", "x", "-t", str(task))
+    assert code == 2 and f"{task}:" in stderr and "colour: unknown key" in stderr
+
+
+def test_lint_tree_lists_nodes_and_warnings() -> None:
+    code, out, _ = invoke("lint-tree", str(ROOT / "ontologies" / "support.yaml"), "--json")
+    assert code == 0 and json.loads(out)["nodes"] == 8
+
+
+def test_export_then_import_sqlite_through_the_cli(tmp_path: Path) -> None:
+    import sqlite3
+
+    from gil_core.telemetry import TelemetryStore
+    from gil_core.testing import write_compat_fixture
+
+    store_path, _ = write_compat_fixture(tmp_path / "compat")
+    out = tmp_path / "out.sqlite"
+    code, stdout, stderr = invoke("export-sqlite", str(store_path), str(out), "--json")
+    assert code == 0, stderr
+    with sqlite3.connect(out) as connection:
+        assert connection.execute("select count(*) from traces").fetchone()[0] == json.loads(stdout)["rows"]["traces"]
+    code, _, stderr = invoke("import-sqlite", str(out), str(tmp_path / "copy"))
+    assert code == 0, stderr
+    original, copy = TelemetryStore(store_path), TelemetryStore(tmp_path / "copy")
+    assert all(original.read(table).equals(copy.read(table)) for table in original.tables())
+    code, _, stderr = invoke("import-sqlite", str(tmp_path / "absent.sqlite"), str(tmp_path / "copy"))
+    assert code == 2 and "no such file" in stderr

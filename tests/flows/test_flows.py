@@ -1,0 +1,58 @@
+"""The flows under a real Prefect engine: a batch, feedback, a rerun that resolves nothing, maintenance, and a
+review round with its artifacts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gil_core.telemetry import TelemetryStore
+from tests.flows._support import write_task_file
+from tests.resolver._support import Script, support_server
+
+REFUND = "Refunds reach the original payment method within 5 business days of approval."
+
+
+@pytest.mark.usefixtures("prefect_harness")
+async def test_batch_feedback_rerun_and_maintenance_flows(tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+
+    from flows.batch import apply_feedback_flow, resolve_batch_flow
+    from flows.maintenance import compact_telemetry_flow, fit_energy_flow, rebuild_memory_flow
+    from flows.review import deactivation_round_flow, promotion_round_flow
+
+    scripts = {"where is my refund?": Script(route=["billing", "refund status"])}
+    with support_server(scripts, default=Script(answers=["None of these"])) as server:
+        task = str(write_task_file(tmp_path, server.base_url))
+        tickets = tmp_path / "tickets.jsonl"
+        texts = ["where is my refund?", "do you sell gift cards?", "{not json", "where is my refund?"]
+        tickets.write_text(
+            "".join((json.dumps({"id": f"t{i}", "text": t}) if t[0] != "{" else t) + "\n" for i, t in enumerate(texts))
+        )
+        out = tmp_path / "results.jsonl"
+        report = await resolve_batch_flow(task, str(tickets), out=str(out))
+        assert (report["resolved"], report["skipped"], len(report["failed"])) == (3, 0, 1)
+        results = [json.loads(line) for line in out.read_text().splitlines()]
+        verdicts = tmp_path / "verdicts.jsonl"
+        verdicts.write_text("".join(json.dumps({"trace_id": r["trace_id"], "correct": True}) + "\n" for r in results))
+        assert (await apply_feedback_flow(task, str(verdicts)))["applied"] == 3
+        again = await resolve_batch_flow(task, str(tickets), out=str(out))
+        assert (again["resolved"], again["skipped"]) == (0, 3)
+        assert await rebuild_memory_flow(task) == 3  # one entry per confirmed trace
+        await fit_energy_flow(task)
+        assert (await compact_telemetry_flow(task))["traces"] >= 2
+        for round_flow in (promotion_round_flow, deactivation_round_flow):
+            published = await round_flow(task)
+            assert Path(published["file"]).is_file()
+
+    store = TelemetryStore(tmp_path / "store")
+    assert store.read("traces").height == 3
+    async with get_client() as client:
+        runs = await client.read_flow_runs()
+        names = {run.name for run in runs}
+        flows_seen = {(await client.read_flow(run.flow_id)).name for run in runs}
+        artifacts = await client.read_artifacts()
+    assert {"resolve-batch", "apply-feedback", "fit-energy", "compact-telemetry", "promotion-round"} <= flows_seen
+    assert names and {a.key for a in artifacts} >= {"support-stats", "support-stats-cost", "support-promotion"}
