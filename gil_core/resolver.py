@@ -11,7 +11,7 @@ import json
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
@@ -27,6 +27,7 @@ from gil_core.judge import Candidate, Judge, SingleTokenJudge
 from gil_core.language import PromptLanguage
 from gil_core.llm import CallRecorder, ChatModel, trace_scope
 from gil_core.memory import FeedbackEvent, Memory, Recall, rebuild_memory
+from gil_core.memory.guard import HitGuard
 from gil_core.ontology.model import Option, OptionKind
 from gil_core.tasks import Resolution, TaskDefinition
 from gil_core.telemetry import CallRecord, EnergyModel, TelemetryStore, TraceRecord, utc_now
@@ -35,6 +36,7 @@ from gil_core.traverse import GreedyTraverser, Step, Traversal
 __all__ = ["Resolver"]
 
 _RECENT_TRACES = 10_000
+_GUARD = HitGuard()
 
 
 @dataclass
@@ -149,6 +151,10 @@ class Resolver:
 
     async def _resolve(self, task: TaskDefinition, text: str, trace_id: str) -> _Outcome:
         recall, memory_outcome = await self._lookup(task, text)
+        if recall is not None and recall.hit and task.policy.memory_guard and recall.text is not None:
+            verdict = _GUARD.check(text, recall.text)
+            if not verdict.allowed:  # similar, but not the same request: a miss that says why
+                recall, memory_outcome = replace(recall, hit=False, error=f"guard: {verdict.reason}"), "miss"
         if recall is not None and recall.hit:
             return _Outcome("memory", recall.answer, recall.similarity, recall=recall, memory="hit")
         walk, failure = await self._walk(task, text)

@@ -74,6 +74,7 @@ _KEYS = {
     "use_tree": "true | false (false: every request goes straight to full generation)",
     "exploration_rate": "0..1",
     "show_shadows": "true | false",
+    "memory_guard": "true | false (refuse memory hits that differ in a negation, number or amount)",
     "fallback_max_attempts": "integer ≥ 1",
     "slot_max_attempts": "integer ≥ 1",
     "fallback_max_tokens": "integer ≥ 1 (tokens one generation may produce; default 512)",
@@ -213,6 +214,7 @@ class _Reader:
                 slot_max_attempts=self.get("slot_max_attempts", int, 3),
                 fallback_max_tokens=self.get("fallback_max_tokens", int, 512),
                 use_tree=self.get("use_tree", bool, True),
+                memory_guard=self.get("memory_guard", bool, False),
             )
         except TaskFileError:
             raise

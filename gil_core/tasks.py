@@ -36,6 +36,8 @@ class TaskPolicy:
     ``memory_failure`` "miss" lets a failed lookup pass as a miss; "error" fails the request.
     ``exploration_rate`` is the share of habit answers cross-checked against full generation.
     ``use_tree`` False sends every request straight to full generation: the baseline the tree is measured against.
+    ``memory_guard`` refuses a memory hit whose request differs from the remembered one in a negation, a number
+    or an amount (see ``gil_core.memory.guard``).
     """
 
     thresholds: Thresholds
@@ -46,6 +48,7 @@ class TaskPolicy:
     exploration_rate: float = 0.0
     show_shadows: bool = True
     use_tree: bool = True
+    memory_guard: bool = False
     fallback_max_attempts: int = 3
     slot_max_attempts: int = 3
     fallback_max_tokens: int = 512
@@ -102,6 +105,7 @@ class TaskDefinition:
             "exploration_rate": policy.exploration_rate,
             "show_shadows": policy.show_shadows,
             "use_tree": policy.use_tree,
+            "memory_guard": policy.memory_guard,
             "fallback_max_attempts": policy.fallback_max_attempts,
             "slot_max_attempts": policy.slot_max_attempts,
             "fallback_max_tokens": policy.fallback_max_tokens,

@@ -134,3 +134,21 @@ async def test_with_the_error_policy_a_failed_lookup_fails_the_request_and_is_tr
     (trace,) = store.read("traces").to_dicts()
     assert trace["mode"] == "abstain" and "embedding service down" in trace["failure"]
     assert json.loads(trace["recall"] or "null") is None
+
+
+async def test_the_memory_guard_refuses_a_hit_for_another_order_number(tmp_path: Path) -> None:
+    task = support_task(memory_threshold=0.5, memory_guard=True)
+    first, second = "track order 48213 please", "track order 48214 please"
+    scripts = {
+        first: Script(route=["shipping", "track order"], slots={"order": "48213"}),
+        second: Script(route=["shipping", "track order"], slots={"order": "48214"}),
+    }
+    store = TelemetryStore(tmp_path / "store")
+    with support_server(scripts) as server:
+        async with OpenAICompatibleChatModel(server.base_url, "m") as chat:
+            resolver = Resolver(chat, store, memory=LanceDBMemory(tmp_path / "memory", HashEmbeddingModel()))
+            answered = await resolver.resolve(task, first)
+            await resolver.feedback(task, answered.trace_id, correct=True)
+            guarded = await resolver.resolve(task, second)
+    assert guarded.mode == "habit/template" and guarded.output is not None and "48214" in guarded.output
+    assert guarded.recall is not None and not guarded.recall.hit and "guard" in (guarded.recall.error or "")
