@@ -22,7 +22,6 @@ from rich.table import Table
 from gil_core.batch import apply_verdicts, read_tickets, read_verdicts, resolve_batch, write_results
 from gil_core.errors import GilError
 from gil_core.ontology import TreeLintWarning, lint_tree, load_tree
-from gil_core.reporting import stats_table
 from gil_core.runtime import open_runtime
 from gil_core.taskfile import TaskFile, load_task_file
 
@@ -177,24 +176,12 @@ def stats(
     window: Annotated[int, typer.Option(help="Requests per cost window.")] = 50,
     as_json: JsonOption = False,
 ) -> None:
-    """Accuracy per mode with 95% intervals, habit and memory rates, and cost per request over time."""
+    """Accuracy per mode with 95% Wilson intervals, habit and memory rates, and cost per request over time."""
     from gil_core.telemetry import TelemetryStore
 
     loaded = task_file(task_file_path)
-    store = TelemetryStore(loaded.store)
-    rows = guarded(lambda: stats_table(store, loaded.task.name))
-
-    def render() -> None:
-        table = Table(title=f"task {loaded.task.name}")
-        for column in ("mode", "requests", "judged", "correct", "accuracy", "mean_energy"):
-            table.add_column(column, justify="left" if column == "mode" else "right")
-        for row in rows:
-            table.add_row(
-                *(str(row[column]) for column in ("mode", "requests", "judged", "correct", "accuracy", "mean_energy"))
-            )
-        console.print(table)
-
-    emit(rows, as_json, render)
+    result = guarded(lambda: TelemetryStore(loaded.store).stats(loaded.task.name, window, tree=loaded.task.tree))
+    emit(result.to_json(), as_json, lambda: console.print(result.render(), highlight=False))
 
 
 @app.command("lint-tree")

@@ -72,6 +72,10 @@ PUBLIC = {
         "run_procedure",
     ],
     "gil_core.habits": [
+        "ThresholdChoice",
+        "ThresholdReport",
+        "choose_threshold",
+        "select_thresholds",
         "DeactivationPolicy",
         "Decision",
         "DifferentiationPolicy",
@@ -96,6 +100,8 @@ PUBLIC = {
     ],
     "gil_core.language": ["ENGLISH", "KOREAN", "PromptLanguage", "fill", "placeholders"],
     "gil_core.memory": [
+        "GuardVerdict",
+        "HitGuard",
         "BreakerState",
         "CallableEmbeddingModel",
         "CircuitBreakingMemory",
@@ -176,6 +182,12 @@ PUBLIC = {
     "gil_core.settings": ["IN_PROCESS_LOG", "ClientParts", "GilSettings", "build_chat_model", "load_settings"],
     "gil_core.tasks": ["FallbackScope", "MemoryFailurePolicy", "Resolution", "TaskDefinition", "TaskPolicy"],
     "gil_core.telemetry": [
+        "CostWindow",
+        "ModeStats",
+        "Stats",
+        "compute_stats",
+        "fit_energy_from_store",
+        "wilson_bounds",
         "COLUMNS",
         "COUNTERS",
         "KEYS",

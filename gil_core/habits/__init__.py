@@ -13,6 +13,7 @@ from gil_core.habits.differentiation import (
 from gil_core.habits.promotion import PromotionLog, PromotionPolicy, propose_promotions, review_promotions
 from gil_core.habits.review_log import Decision, ReviewKind, ReviewLog
 from gil_core.habits.shadows import Evidence, build_shadow_index, confirmed_answer
+from gil_core.habits.thresholds import ThresholdChoice, ThresholdReport, choose_threshold, select_thresholds
 
 __all__ = [
     "DeactivationPolicy",
@@ -27,13 +28,17 @@ __all__ = [
     "ReliabilityWeights",
     "ReviewKind",
     "ReviewLog",
+    "ThresholdChoice",
+    "ThresholdReport",
     "anchored_signals",
     "attribute_verdict",
     "build_shadow_index",
     "capacity_signals",
+    "choose_threshold",
     "confirmed_answer",
     "group_unserved",
     "propose_deactivations",
     "propose_promotions",
     "review_promotions",
+    "select_thresholds",
 ]

@@ -11,6 +11,7 @@ LanceDB and scikit-learn are imported on first use, so importing this package st
 
 from gil_core.memory.breaker import BreakerState, CircuitBreakingMemory
 from gil_core.memory.embedders import CallableEmbeddingModel, EmbeddingFunction
+from gil_core.memory.guard import GuardVerdict, HitGuard
 from gil_core.memory.lancedb_memory import LanceDBMemory
 from gil_core.memory.lexical_memory import LexicalMemory
 from gil_core.memory.ports import Memory, MemoryEntry, Recall
@@ -22,6 +23,8 @@ __all__ = [
     "CircuitBreakingMemory",
     "EmbeddingFunction",
     "FeedbackEvent",
+    "GuardVerdict",
+    "HitGuard",
     "LanceDBMemory",
     "LexicalMemory",
     "Memory",

@@ -4,7 +4,7 @@
 ``store`` is the Parquet-backed sink; ``energy`` prices a call.
 """
 
-from gil_core.telemetry.energy import EnergyModel
+from gil_core.telemetry.energy import EnergyModel, fit_energy_from_store
 from gil_core.telemetry.records import (
     CallRecord,
     CallRole,
@@ -24,6 +24,7 @@ from gil_core.telemetry.sqlite import (
     export_sqlite,
     import_sqlite,
 )
+from gil_core.telemetry.stats import CostWindow, ModeStats, Stats, compute_stats, wilson_bounds
 from gil_core.telemetry.store import TelemetryStore
 
 __all__ = [
@@ -36,16 +37,22 @@ __all__ = [
     "CallRole",
     "CallSink",
     "CandidateShown",
+    "CostWindow",
     "EnergyModel",
     "ExportReport",
     "ExportRestrictedError",
     "ImportReport",
+    "ModeStats",
     "SqliteLayoutError",
+    "Stats",
     "TelemetryStore",
     "TraceRecord",
     "TraceSink",
+    "compute_stats",
     "export_sqlite",
+    "fit_energy_from_store",
     "import_sqlite",
     "utc_now",
     "validate_frame",
+    "wilson_bounds",
 ]

@@ -101,8 +101,9 @@ def test_a_batch_with_a_bad_line_reports_it_and_resolves_the_rest_then_feedback_
     assert json.loads(stdout) == {"applied": 0, "unchanged": 2, "failed": [], "bad_lines": []}
 
     code, stdout, _ = invoke("stats", "-t", str(task), "--json")
-    by_mode = {row["mode"]: row for row in json.loads(stdout)}
+    by_mode = {row["mode"]: row for row in json.loads(stdout)["modes"]}
     assert by_mode["habit/answer"]["correct"] == 1 and by_mode["fallback"]["judged"] == 1
+    assert by_mode["habit/answer"]["high"] == 1.0 and 0.0 < by_mode["habit/answer"]["low"] < 1.0
 
     code, stdout, _ = invoke("resolve", "do you sell gift cards?", "-t", str(task), "--json")
     assert (json.loads(stdout)["mode"], json.loads(stdout)["output"]) == ("memory", "We do not sell them.")
