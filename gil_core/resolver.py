@@ -17,15 +17,14 @@ from typing import Any
 import polars as pl
 
 from gil_core.diagnostics import Diagnostics, MemoryOutcome, default_diagnostics
-from gil_core.errors import GilError, MemoryUnavailableError, ModelError, UnknownTraceError
+from gil_core.errors import ConfigurationError, GilError, MemoryUnavailableError, ModelError, UnknownTraceError
 from gil_core.fallback import FallbackGenerator, Generation, SlotFiller, TreeAnswerContract, run_procedure
 from gil_core.fallback.contracts import Contract
 from gil_core.habits.attribution import ReliabilityDelta, attribute_verdict
 from gil_core.habits.costs import evidence_from_row
 from gil_core.habits.shadows import Evidence, build_shadow_index
-from gil_core.judge import Candidate, Judge, SingleTokenJudge
-from gil_core.language import PromptLanguage
-from gil_core.llm import CallRecorder, ChatModel, trace_scope
+from gil_core.judge import Candidate, Judge, ReflexJudge, SingleTokenJudge, TieredJudge
+from gil_core.llm import CallRecorder, ChatModel, EmbeddingModel, trace_scope
 from gil_core.memory import FeedbackEvent, Memory, Recall, rebuild_memory
 from gil_core.memory.guard import HitGuard
 from gil_core.ontology.model import Option, OptionKind
@@ -73,8 +72,11 @@ class Resolver:
         diagnostics: Diagnostics | None = None,
         order_seed: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        reflex_embedder: EmbeddingModel | None = None,
     ) -> None:
         self._store = store
+        self._reflex_embedder = reflex_embedder
+        self._reflexes: dict[str, ReflexJudge] = {}
         self._memory = memory
         self._diagnostics = diagnostics or default_diagnostics()
         self._chat = CallRecorder(
@@ -183,7 +185,7 @@ class Resolver:
         if not task.policy.use_tree or (not root.children and not root.options):
             return None, None  # the baseline, or a bare root: straight to generation, no judgment call
         shadows = self._shadow_index(task) if task.policy.show_shadows else None
-        traverser = GreedyTraverser(self._judge_for(task.language), task.policy.thresholds)
+        traverser = GreedyTraverser(self._judge_for(task), task.policy.thresholds)
         try:
             return await traverser.traverse(text, task.tree, shadows=shadows), None
         except ModelError as exc:
@@ -350,10 +352,21 @@ class Resolver:
         while len(self._recent) > _RECENT_TRACES:
             self._recent.popitem(last=False)
 
-    def _judge_for(self, language: PromptLanguage) -> Judge:
+    def _judge_for(self, task: TaskDefinition) -> Judge:
         if self._judge is not None:
-            return self._judge
-        return SingleTokenJudge(self._chat, language, order_seed=self._order_seed, extra_body=self._extra_body)
+            deliberate: Judge = self._judge
+        else:
+            deliberate = SingleTokenJudge(
+                self._chat, task.language, order_seed=self._order_seed, extra_body=self._extra_body
+            )
+        threshold = task.policy.reflex_threshold
+        if threshold is None:
+            return deliberate
+        if self._reflex_embedder is None:
+            raise ConfigurationError(f"task {task.name!r} asks for a reflex judge, but the resolver has no embedder")
+        # One reflex per task keeps its candidate vectors warm across requests.
+        reflex = self._reflexes.setdefault(task.name, ReflexJudge(self._reflex_embedder))
+        return TieredJudge(reflex, deliberate, threshold)
 
     def _generator(self, task: TaskDefinition) -> FallbackGenerator:
         return FallbackGenerator(

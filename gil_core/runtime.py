@@ -89,7 +89,10 @@ async def open_runtime(
         memory: Memory | None = None
         if embedder is not None and task_file.task.policy.memory_threshold is not None:
             memory = LanceDBMemory(task_file.memory, EmbeddingRecorder(embedder, sink=store, energy=prices))
-        resolver = Resolver(chat_model, store, memory=memory, energy=prices, order_seed=task_file.order_seed)
+        reflex = EmbeddingRecorder(embedder, sink=store, energy=prices) if embedder is not None else None
+        resolver = Resolver(
+            chat_model, store, memory=memory, energy=prices, order_seed=task_file.order_seed, reflex_embedder=reflex
+        )
         yield Runtime(task_file, store, resolver, memory, chat_model.name, embedder)
 
 

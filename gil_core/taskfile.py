@@ -74,6 +74,7 @@ _KEYS = {
     "use_tree": "true | false (false: every request goes straight to full generation)",
     "exploration_rate": "0..1",
     "show_shadows": "true | false",
+    "reflex_threshold": "number or null: judge each node by embeddings first, the LLM only below it",
     "memory_guard": "true | false (refuse memory hits that differ in a negation, number or amount)",
     "fallback_max_attempts": "integer ≥ 1",
     "slot_max_attempts": "integer ≥ 1",
@@ -215,6 +216,7 @@ class _Reader:
                 fallback_max_tokens=self.get("fallback_max_tokens", int, 512),
                 use_tree=self.get("use_tree", bool, True),
                 memory_guard=self.get("memory_guard", bool, False),
+                reflex_threshold=self.get("reflex_threshold", (int, float), None),
             )
         except TaskFileError:
             raise

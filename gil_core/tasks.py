@@ -37,7 +37,8 @@ class TaskPolicy:
     ``exploration_rate`` is the share of habit answers cross-checked against full generation.
     ``use_tree`` False sends every request straight to full generation: the baseline the tree is measured against.
     ``memory_guard`` refuses a memory hit whose request differs from the remembered one in a negation, a number
-    or an amount (see ``gil_core.memory.guard``).
+    or an amount (see ``gil_core.memory.guard``). ``reflex_threshold`` set: each node is judged first by the
+    embedding reflex judge, and the LLM only when the reflex's confidence is below it (needs an embedder).
     """
 
     thresholds: Thresholds
@@ -49,6 +50,7 @@ class TaskPolicy:
     show_shadows: bool = True
     use_tree: bool = True
     memory_guard: bool = False
+    reflex_threshold: float | None = None
     fallback_max_attempts: int = 3
     slot_max_attempts: int = 3
     fallback_max_tokens: int = 512
@@ -106,6 +108,7 @@ class TaskDefinition:
             "show_shadows": policy.show_shadows,
             "use_tree": policy.use_tree,
             "memory_guard": policy.memory_guard,
+            "reflex_threshold": policy.reflex_threshold,
             "fallback_max_attempts": policy.fallback_max_attempts,
             "slot_max_attempts": policy.slot_max_attempts,
             "fallback_max_tokens": policy.fallback_max_tokens,

@@ -53,10 +53,12 @@ class Step:
     probs: Mapping[str, float] = field(default_factory=dict)
     energy: float = 0.0
     none_prob: float | None = None
+    decided_by: str | None = None  # "reflex" | "deliberate" when a tiered judge decided; None: the LLM judge
 
     def to_json(self) -> dict[str, Any]:
-        """The path step as the traces table stores it."""
-        return {
+        """The path step as the traces table stores it (``decided_by`` only when a tiered judge decided)."""
+        extra = {"decided_by": self.decided_by} if self.decided_by is not None else {}
+        return extra | {
             "node": self.node,
             "layer": self.layer,
             "chosen": self.chosen,
@@ -134,6 +136,7 @@ class GreedyTraverser:
                 probs=dist.probs,
                 energy=judgment.energy,
                 none_prob=dist.none_prob,
+                decided_by=getattr(judgment, "decided_by", None),
             )
             if reason is not None:
                 steps.append(judged)

@@ -404,8 +404,11 @@ class LocalLLMServer:
                 self._state_path.unlink()
 
     def _terminate(self, pid: int, timeout: float) -> None:
-        """SIGTERM, wait up to ``timeout`` s, SIGKILL. A child is reaped; another process's server is polled."""
+        """SIGTERM, wait up to ``timeout`` s, SIGKILL. A child is reaped; another process's server is polled,
+        and signalled only while its pid still runs the launcher (a pid can be reused once it is gone)."""
         process = self._process if self._process is not None and self._process.pid == pid else None
+        if process is None and not _is_launcher(pid):
+            return
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         if process is not None:
@@ -415,7 +418,7 @@ class LocalLLMServer:
                 process.kill()
                 process.wait()
             return
-        if not self._wait_gone(pid, timeout):
+        if not self._wait_gone(pid, timeout) and _is_launcher(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             self._wait_gone(pid, 5.0)

@@ -101,6 +101,18 @@ def test_ensure_reuses_the_live_server_of_its_state_file_and_stop_ends_it(tmp_pa
     assert not (tmp_path / "local-llm.json").exists()
 
 
+def test_ensure_with_other_settings_replaces_the_recorded_server(tmp_path: Path) -> None:
+    first = LocalLLMServer.ensure(cache_dir=tmp_path, context_tokens=512)
+    second = LocalLLMServer.ensure(cache_dir=tmp_path, context_tokens=1024)
+    try:
+        assert second.pid != first.pid and second.running
+        assert not first.running, "the state file holds one shared server: the old one is stopped"
+        assert json.loads((tmp_path / "local-llm.json").read_text())["pid"] == second.pid
+    finally:
+        first.stop()
+        second.stop()
+
+
 def test_a_server_that_cannot_load_its_model_fails_with_the_end_of_its_log(tmp_path: Path) -> None:
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"not a gguf file")

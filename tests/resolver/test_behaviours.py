@@ -152,3 +152,25 @@ async def test_the_memory_guard_refuses_a_hit_for_another_order_number(tmp_path:
             guarded = await resolver.resolve(task, second)
     assert guarded.mode == "habit/template" and guarded.output is not None and "48214" in guarded.output
     assert guarded.recall is not None and not guarded.recall.hit and "guard" in (guarded.recall.error or "")
+
+
+async def test_the_reflex_judge_settles_nodes_without_an_llm_call_and_the_trace_says_which(tmp_path: Path) -> None:
+    from gil_core.llm import EmbeddingRecorder
+    from gil_core.telemetry import EnergyModel
+
+    task = support_task(memory_threshold=None, reflex_threshold=0.9)
+    request = "charges, refunds, invoices and ways to pay"  # billing's own description: the reflex is sure
+    store = TelemetryStore(tmp_path / "store")
+    with support_server({request: Script(route=["billing", "refund status"])}) as server:
+        async with OpenAICompatibleChatModel(server.base_url, "m") as chat:
+            reflex = EmbeddingRecorder(HashEmbeddingModel(), sink=store, energy=EnergyModel.tokens())
+            resolution = await Resolver(chat, store, reflex_embedder=reflex).resolve(task, request)
+        llm_judgments = [r for r in server.requests if r.body.get("logprobs")]
+    deciders = {step.node: step.decided_by for step in resolution.path}
+    assert deciders["root"] == "reflex" and resolution.path[0].chosen == "billing"
+    assert len(llm_judgments) == sum(1 for who in deciders.values() if who == "deliberate")
+    trace = store.read("traces").row(0, named=True)
+    assert [step["decided_by"] for step in json.loads(trace["path"])] == [s.decided_by for s in resolution.path]
+    calls = store.read("calls")
+    assert "root" in calls.filter(calls["role"] == "embed")["node_id"].to_list()
+    assert "root" not in calls.filter(calls["role"] == "judge")["node_id"].to_list()
