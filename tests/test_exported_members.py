@@ -99,6 +99,16 @@ PUBLIC = {
         "review_promotions",
     ],
     "gil_core.language": ["ENGLISH", "KOREAN", "PromptLanguage", "fill", "placeholders"],
+    "gil_core.local": [
+        "MINILM_DIMENSIONS",
+        "LocalLLMServer",
+        "LocalModelMissingError",
+        "LocalServerError",
+        "MiniLMEmbeddingModel",
+        "default_cache_dir",
+        "find_minilm_files",
+        "find_smollm2_gguf",
+    ],
     "gil_core.memory": [
         "GuardVerdict",
         "HitGuard",
