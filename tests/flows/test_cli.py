@@ -35,10 +35,27 @@ def invoke(*args: str) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize(
     "command",
-    ["resolve", "resolve-batch", "feedback", "stats", "lint-tree", "rebuild-memory", "fit-energy"],
+    [
+        "resolve",
+        "resolve-batch",
+        "feedback",
+        "stats",
+        "lint-tree",
+        "rebuild-memory",
+        "fit-energy",
+        "export-sqlite",
+        "import-sqlite",
+        "demo",
+        "serve",
+        "ui",
+        "review promote",
+        "review deactivate",
+        "review differentiate",
+        "review decide",
+    ],
 )
 def test_every_command_has_help(command: str) -> None:
-    code, out, _ = invoke(command, "--help")
+    code, out, _ = invoke(*command.split(), "--help")
     assert code == 0 and "Usage" in out and len(out.splitlines()) > 4
 
 
