@@ -57,13 +57,13 @@ async def apply_feedback_task(task_file: str, verdicts_path: str) -> dict[str, A
 
 @gil_task(name="publish stats")
 async def publish_stats(task_file: str, window: int = 50) -> str:
-    loaded = load_task_file(task_file)
     from gil_core.telemetry import TelemetryStore
 
-    store = TelemetryStore(loaded.store)
+    loaded = load_task_file(task_file)
+    stats = TelemetryStore(loaded.store).stats(loaded.task.name, window, tree=loaded.task.tree)
     key = f"{loaded.task.name}-stats".lower().replace("_", "-")
-    await acreate_table_artifact(stats_table(store, loaded.task.name), key=key, description="Requests per mode")
-    markdown = stats_markdown(store, loaded.task.name, window=window)
+    await acreate_table_artifact(stats_table(stats), key=key, description="Requests per mode")
+    markdown = stats_markdown(stats)
     await acreate_markdown_artifact(markdown, key=f"{key}-cost", description="Cost per request, by window")
     return markdown
 
