@@ -11,11 +11,13 @@ import json
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
 
+from gil_core.client import build_chat_stack
 from gil_core.diagnostics import Diagnostics, MemoryOutcome, default_diagnostics
 from gil_core.errors import ConfigurationError, GilError, MemoryUnavailableError, ModelError, UnknownTraceError
 from gil_core.fallback import FallbackGenerator, Generation, SlotFiller, TreeAnswerContract, run_procedure
@@ -25,9 +27,11 @@ from gil_core.habits.costs import evidence_from_row
 from gil_core.habits.shadows import Evidence, build_shadow_index
 from gil_core.judge import Candidate, Judge, ReflexJudge, SingleTokenJudge, TieredJudge
 from gil_core.llm import CallRecorder, ChatModel, EmbeddingModel, trace_scope
+from gil_core.llm.options import call_options
 from gil_core.memory import FeedbackEvent, Memory, Recall, rebuild_memory
 from gil_core.memory.guard import HitGuard
 from gil_core.ontology.model import Option, OptionKind
+from gil_core.settings import ClientParts
 from gil_core.tasks import Resolution, TaskDefinition
 from gil_core.telemetry import CallRecord, EnergyModel, TelemetryStore, TraceRecord, utc_now
 from gil_core.traverse import GreedyTraverser, Step, Traversal
@@ -59,6 +63,12 @@ class Resolver:
 
     ``chat`` is wrapped in a ``CallRecorder`` so every call is priced with ``energy`` and stored with its
     trace. ``judge`` replaces the single-token judge (e.g. a reflex judge, or recorded judgments in a replay).
+
+    ``client`` puts the request cache, the operation log and the rate limiter (those it holds) around the
+    recorder, one stack per task: the cache key carries the task (tenant) and the hash of its configuration
+    (schema), so tasks never share an entry and a changed tree misses by itself; a cached answer is not a
+    model call, so it is neither recorded nor priced. ``provider`` names the limiter's bucket, and
+    ``fallback_chat`` answers (recorded under its own name) when the limiter refuses or the model is down.
     """
 
     def __init__(
@@ -73,15 +83,25 @@ class Resolver:
         order_seed: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
         reflex_embedder: EmbeddingModel | None = None,
+        client: ClientParts | None = None,
+        provider: str = "default",
+        fallback_chat: ChatModel | None = None,
     ) -> None:
         self._store = store
         self._reflex_embedder = reflex_embedder
         self._reflexes: dict[str, ReflexJudge] = {}
         self._memory = memory
         self._diagnostics = diagnostics or default_diagnostics()
-        self._chat = CallRecorder(
-            chat, sink=store, energy=energy or EnergyModel.tokens(), diagnostics=self._diagnostics
+        prices = energy or EnergyModel.tokens()
+        self._chat = CallRecorder(chat, sink=store, energy=prices, diagnostics=self._diagnostics)
+        self._fallback_chat = (
+            CallRecorder(fallback_chat, sink=store, energy=prices, diagnostics=self._diagnostics)
+            if fallback_chat is not None
+            else None
         )
+        self._client = client
+        self._provider = provider
+        self._stacks: dict[tuple[str, str], ChatModel] = {}
         self._judge = judge
         self._order_seed = order_seed
         self._extra_body = extra_body
@@ -97,13 +117,26 @@ class Resolver:
 
     # -- resolve ------------------------------------------------------------------------------------------
 
-    async def resolve(self, task: TaskDefinition, text: str, *, trace_id: str | None = None) -> Resolution:
-        """Resolve one request. The trace and its calls are durable when this returns."""
+    async def resolve(
+        self, task: TaskDefinition, text: str, *, trace_id: str | None = None, do_not_record: bool = False
+    ) -> Resolution:
+        """Resolve one request. The trace and its calls are durable when this returns.
+
+        ``do_not_record`` (or the task's policy) keeps the request's text out of every table, log and cache:
+        the trace keeps mode, path, confidence, energy and failure, but no request, output or remembered
+        source text; its calls keep counts and price but no content; the request cache and the operation log
+        do not see it; feedback on it teaches habit statistics but never memory.
+        """
         trace_id = trace_id or uuid.uuid4().hex
+        private = do_not_record or task.policy.do_not_record
         self._record_config(task)
         calls: list[CallRecord] = []
         failed: MemoryUnavailableError | None = None
-        with self._diagnostics.resolve_span(task.name) as span, trace_scope(trace_id, collect=calls):
+        with (
+            self._diagnostics.resolve_span(task.name) as span,
+            trace_scope(trace_id, collect=calls),
+            call_options(do_not_record=True) if private else nullcontext(),
+        ):
             try:
                 outcome = await self._resolve(task, text, trace_id)
             except MemoryUnavailableError as exc:  # only with the "error" memory-failure policy
@@ -122,13 +155,13 @@ class Resolver:
             trace_id=trace_id,
             created_at=utc_now(),
             task=task.name,
-            state=text,
+            state="" if private else text,
             mode=outcome.mode,
             path=[step.to_json() for step in steps],
-            output=outcome.output,
+            output=None if private else outcome.output,
             confidence=outcome.confidence,
             energy=energy,
-            explored_output=outcome.explored_output,
+            explored_output=None if private else outcome.explored_output,
             label=outcome.habit,
             recall=outcome.recall.to_json() if outcome.recall is not None else None,
             failure=outcome.failure,
@@ -201,7 +234,7 @@ class Resolver:
             outcome = _Outcome("habit/answer", habit.text, confidence, walk, habit=habit.id)
         elif habit.kind is OptionKind.TEMPLATE:
             filler = SlotFiller(
-                self._chat,
+                self._chat_for(task),
                 task.language,
                 max_attempts=task.policy.slot_max_attempts,
                 max_tokens=task.policy.fallback_max_tokens,
@@ -292,7 +325,7 @@ class Resolver:
             if row["mode"] == "memory" and not correct and recall.get("source"):
                 await self._memory.forget(task.name, recall["source"])
             answer = row["output"] if correct else correction
-            if answer and answer.strip():
+            if answer and answer.strip() and row["state"]:  # a private trace has no text to remember
                 await self._memory.remember(task.name, trace_id, row["state"], answer.strip())
             else:  # nothing confirmed: a verdict given earlier on this trace no longer stands
                 await self._memory.forget(task.name, trace_id)
@@ -352,12 +385,35 @@ class Resolver:
         while len(self._recent) > _RECENT_TRACES:
             self._recent.popitem(last=False)
 
+    def _chat_for(self, task: TaskDefinition) -> ChatModel:
+        """The recorded chat model behind the task's client stack (cache → log → limiter), made once per
+        task and configuration."""
+        client = self._client
+        if client is None or (client.cache is None and client.log is None and client.limiter is None):
+            return self._chat
+        key = (task.name, task.schema)
+        stack = self._stacks.get(key)
+        if stack is None:
+            stack = build_chat_stack(
+                self._chat,
+                provider=self._provider,
+                tenant=task.name,
+                schema=task.schema,
+                cache=client.cache,
+                language=task.language,
+                log=client.log,
+                limiter=client.limiter,
+                fallback=self._fallback_chat,
+            )
+            self._stacks[key] = stack
+        return stack
+
     def _judge_for(self, task: TaskDefinition) -> Judge:
         if self._judge is not None:
             deliberate: Judge = self._judge
         else:
             deliberate = SingleTokenJudge(
-                self._chat, task.language, order_seed=self._order_seed, extra_body=self._extra_body
+                self._chat_for(task), task.language, order_seed=self._order_seed, extra_body=self._extra_body
             )
         threshold = task.policy.reflex_threshold
         if threshold is None:
@@ -370,7 +426,7 @@ class Resolver:
 
     def _generator(self, task: TaskDefinition) -> FallbackGenerator:
         return FallbackGenerator(
-            self._chat,
+            self._chat_for(task),
             task.language,
             max_attempts=task.policy.fallback_max_attempts,
             max_tokens=task.policy.fallback_max_tokens,

@@ -12,17 +12,20 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from gil_core.errors import ConfigurationError
 from gil_core.llm import ChatModel, EmbeddingModel, EmbeddingRecorder, OpenAICompatibleChatModel
 from gil_core.llm.openai_compat import OpenAICompatibleEmbeddingModel
 from gil_core.maintenance import ENERGY_META_KEY
 from gil_core.memory import LanceDBMemory, Memory
 from gil_core.resolver import Resolver
+from gil_core.settings import ClientParts, load_settings
 from gil_core.taskfile import ModelSpec, TaskFile
 from gil_core.telemetry import EnergyModel, TelemetryStore
 from gil_core.testing import HashEmbeddingModel
 
-__all__ = ["Runtime", "open_runtime"]
+__all__ = ["Runtime", "client_parts", "open_runtime"]
 
 
 @dataclass
@@ -48,6 +51,23 @@ def _api_key(spec: ModelSpec) -> str | None:
     if key is None:
         raise ConfigurationError(f"the environment variable {spec.api_key_env} (api_key_env) is not set")
     return key
+
+
+def _provider(spec: ModelSpec) -> str:
+    """The rate limiter's bucket: the server a remote model lives on, or ``local``."""
+    if spec.kind != "remote" or spec.url is None:
+        return spec.kind
+    url = httpx.URL(spec.url)
+    return f"{url.host}:{url.port}" if url.port else url.host
+
+
+def client_parts(task_file: TaskFile) -> ClientParts:
+    """The request cache, rate limiter and operation log the settings (``GIL_*``) and the task file's
+    ``client`` key switch on. The loopback local server gets no limiter: it queues its own requests."""
+    settings = load_settings(**task_file.client)
+    if task_file.chat_model.kind == "local" and "requests_per_second" not in task_file.client:
+        settings = load_settings(**{**task_file.client, "requests_per_second": 0})
+    return ClientParts.from_settings(settings)
 
 
 async def _chat_model(spec: ModelSpec, stack: AsyncExitStack) -> ChatModel:
@@ -90,8 +110,21 @@ async def open_runtime(
         if embedder is not None and task_file.task.policy.memory_threshold is not None:
             memory = LanceDBMemory(task_file.memory, EmbeddingRecorder(embedder, sink=store, energy=prices))
         reflex = EmbeddingRecorder(embedder, sink=store, energy=prices) if embedder is not None else None
+        fallback = (
+            await _chat_model(task_file.fallback_chat_model, stack)
+            if task_file.fallback_chat_model is not None
+            else None
+        )
         resolver = Resolver(
-            chat_model, store, memory=memory, energy=prices, order_seed=task_file.order_seed, reflex_embedder=reflex
+            chat_model,
+            store,
+            memory=memory,
+            energy=prices,
+            order_seed=task_file.order_seed,
+            reflex_embedder=reflex,
+            client=client_parts(task_file),
+            provider=_provider(task_file.chat_model),
+            fallback_chat=fallback,
         )
         yield Runtime(task_file, store, resolver, memory, chat_model.name, embedder)
 

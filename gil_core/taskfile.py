@@ -17,6 +17,7 @@ from gil_core.fallback import TextContract, TreeAnswerContract
 from gil_core.fallback.contracts import Contract
 from gil_core.language import ENGLISH, KOREAN, PromptLanguage
 from gil_core.ontology import Tree, load_tree
+from gil_core.settings import GilSettings, load_settings
 from gil_core.tasks import TaskDefinition, TaskPolicy
 from gil_core.traverse import Thresholds
 
@@ -57,7 +58,8 @@ class TaskFile:
     memory: Path
     concurrency: int = 4
     order_seed: str | None = None
-    do_not_record: bool = False
+    client: dict[str, Any] = field(default_factory=dict)
+    fallback_chat_model: ModelSpec | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -87,6 +89,10 @@ _KEYS = {
     "concurrency": "model calls in flight during a batch",
     "order_seed": "seed that shuffles judge candidates per request",
     "do_not_record": "true: requests of this task are never written with their text",
+    "client": "{log_path, log_max_entries, cache_enabled, cache_capacity, cache_ttl_seconds, requests_per_second, "
+    "burst, limiter_max_wait_seconds}: the request cache, rate limiter and operation log (GIL_* settings win "
+    "where this file says nothing)",
+    "fallback_chat_model": "{url, name, api_key_env} | local: answers when the chat model is rate-limited or down",
 }
 
 
@@ -146,7 +152,7 @@ class _Reader:
     def model(self, key: str, default: str) -> ModelSpec:
         value = self.data.get(key, default)
         if isinstance(value, str) and value in ("local", "hash", "none"):
-            if key == "chat_model" and value != "local":
+            if key in ("chat_model", "fallback_chat_model") and value != "local":
                 raise self.fail(key, f"expected {_KEYS[key]}, got {value!r}")
             return ModelSpec(kind=value)
         if isinstance(value, dict) and isinstance(value.get("url"), str) and isinstance(value.get("name"), str):
@@ -155,6 +161,17 @@ class _Reader:
                 raise self.fail(key, f"unknown model key {extra[0]!r} (url, name, api_key_env)")
             return ModelSpec("remote", value["url"], value["name"], value.get("api_key_env"))
         raise self.fail(key, f"expected {_KEYS[key]}, got {value!r}")
+
+    def client(self) -> dict[str, Any]:
+        value = self.get("client", dict, {})
+        unknown = sorted(set(value) - set(GilSettings.model_fields))
+        if unknown:
+            raise self.fail("client", f"unknown client setting {unknown[0]!r} ({', '.join(GilSettings.model_fields)})")
+        try:
+            load_settings(**value)
+        except ConfigurationError as exc:
+            raise self.fail("client", str(exc).splitlines()[0] + " " + _first_error(exc)) from exc
+        return dict(value)
 
     def tree(self) -> Tree:
         tree_path = self.path("tree", "")
@@ -217,6 +234,7 @@ class _Reader:
                 use_tree=self.get("use_tree", bool, True),
                 memory_guard=self.get("memory_guard", bool, False),
                 reflex_threshold=self.get("reflex_threshold", (int, float), None),
+                do_not_record=self.get("do_not_record", bool, False),
             )
         except TaskFileError:
             raise
@@ -243,8 +261,17 @@ class _Reader:
             memory=self.path("memory", ".gil/memory"),
             concurrency=concurrency,
             order_seed=self.get("order_seed", str, None),
-            do_not_record=self.get("do_not_record", bool, False),
+            client=self.client(),
+            fallback_chat_model=self.model("fallback_chat_model", "local")
+            if "fallback_chat_model" in self.data
+            else None,
         )
+
+
+def _first_error(exc: ConfigurationError) -> str:
+    """The first pydantic complaint, on one line."""
+    lines = [line.strip() for line in str(exc).splitlines()[1:] if line.strip()]
+    return " — ".join(lines[:2])
 
 
 def _is_number(value: Any) -> bool:

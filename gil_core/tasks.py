@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -39,6 +40,7 @@ class TaskPolicy:
     ``memory_guard`` refuses a memory hit whose request differs from the remembered one in a negation, a number
     or an amount (see ``gil_core.memory.guard``). ``reflex_threshold`` set: each node is judged first by the
     embedding reflex judge, and the LLM only when the reflex's confidence is below it (needs an embedder).
+    ``do_not_record`` keeps every request's text out of every table, log and cache (``Resolver.resolve``).
     """
 
     thresholds: Thresholds
@@ -54,6 +56,7 @@ class TaskPolicy:
     fallback_max_attempts: int = 3
     slot_max_attempts: int = 3
     fallback_max_tokens: int = 512
+    do_not_record: bool = False
 
     def __post_init__(self) -> None:
         if self.fallback_scope not in ("path", "full"):
@@ -86,6 +89,12 @@ class TaskDefinition:
         if not self.name or not self.name.strip():
             raise ConfigurationError("a task needs a non-blank name")
 
+    @cached_property
+    def schema(self) -> str:
+        """The SHA-256 of ``config()``: request caches key on it, so a changed tree or policy misses."""
+        text = json.dumps(self._config, ensure_ascii=False, sort_keys=True, default=repr)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
     def config(self) -> dict[str, Any]:
         """The task's configuration as stored in ``run_configs`` (the tree by its SHA-256)."""
         return dict(self._config)
@@ -112,6 +121,7 @@ class TaskDefinition:
             "fallback_max_attempts": policy.fallback_max_attempts,
             "slot_max_attempts": policy.slot_max_attempts,
             "fallback_max_tokens": policy.fallback_max_tokens,
+            "do_not_record": policy.do_not_record,
             "examples": list(self.examples),
         }
 

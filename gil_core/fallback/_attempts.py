@@ -8,6 +8,7 @@ from typing import Any, Generic, TypeVar
 
 from gil_core.errors import ConfigurationError
 from gil_core.fallback.contracts import Violation
+from gil_core.llm.options import Contract, call_options
 from gil_core.llm.ports import ChatModel, Message
 from gil_core.llm.recorder import call_scope
 from gil_core.telemetry.records import CallRole
@@ -48,14 +49,18 @@ class Asker:
         check: Callable[[str], T | Violation],
         *,
         node_id: str | None,
+        contract: Contract | None = None,
     ) -> Attempts[T]:
         """Up to ``max_attempts`` calls at temperature 0; ``build(complaint)`` makes each request, the last
-        violation's complaint included from the second on. Model errors propagate: they are not violations."""
+        violation's complaint included from the second on. Model errors propagate: they are not violations.
+
+        Each call carries its attempt number and ``contract`` in ``call_options``, so a request cache serves
+        only first attempts and re-validates what it stored against the contract of this call."""
         complaint: str | None = None
         output: str | None = None
         energy = 0.0
         for attempt in range(1, self.max_attempts + 1):
-            with call_scope(self.role, node_id=node_id) as scope:
+            with call_options(attempt=attempt, contract=contract), call_scope(self.role, node_id=node_id) as scope:
                 completion = await self.model.complete(
                     build(complaint), max_tokens=self.max_tokens, temperature=0.0, extra_body=self.extra_body
                 )

@@ -127,7 +127,7 @@ class FallbackGenerator:
             verdict = contract.validate(output, self._language)
             return verdict.answer if isinstance(verdict, Accepted) else verdict
 
-        return await self._asker.ask(build, check, node_id=node_id)
+        return await self._asker.ask(build, check, node_id=node_id, contract=contract)
 
 
 def _generation(last: Attempts[str], attempts: int, energy: float, *, widened: bool) -> Generation:

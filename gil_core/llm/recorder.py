@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gil_core.diagnostics import Diagnostics, default_diagnostics
+from gil_core.llm.options import current_call_options
 from gil_core.llm.ports import ChatModel, Completion, EmbeddingModel, Embeddings, Message, Usage
 from gil_core.telemetry.energy import EnergyModel
 from gil_core.telemetry.records import CallRecord, CallRole, CallSink, CandidateShown, utc_now
@@ -217,18 +218,20 @@ class CallRecorder(_Recording):
                 extra_body=extra_body,
             )
             record = self._base(scope, completion.model or self._model.name, completion.usage, completion.latency_ms)
-            first_token = completion.top_logprobs[0].token if completion.top_logprobs else None
-            finish(
-                replace(
+            record = replace(
+                record,
+                gpu_prompt_ms=completion.timings.prompt_ms if completion.timings else None,
+                gpu_predicted_ms=completion.timings.predicted_ms if completion.timings else None,
+            )
+            if not current_call_options().do_not_record:  # else: counts, timings and price only
+                record = replace(
                     record,
-                    gpu_prompt_ms=completion.timings.prompt_ms if completion.timings else None,
-                    gpu_predicted_ms=completion.timings.predicted_ms if completion.timings else None,
                     content=completion.content,
-                    first_token=first_token,
+                    first_token=completion.top_logprobs[0].token if completion.top_logprobs else None,
                     top_logprobs=tuple((item.token, item.logprob) for item in completion.top_logprobs),
                     raw_response=json.dumps(completion.raw, ensure_ascii=False) if completion.raw is not None else None,
                 )
-            )
+            finish(record)
         return completion
 
 

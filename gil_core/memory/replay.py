@@ -56,7 +56,7 @@ def plan_memory(events: Iterable[FeedbackEvent]) -> list[MemoryEntry]:
             held.pop(event.recall_source, None)
         held.pop(event.trace_id, None)  # a later verdict overturns the earlier one
         answer = event.confirmed_answer()
-        if answer is not None:
+        if answer is not None and event.text:  # a request recorded without its text cannot be remembered
             held[event.trace_id] = MemoryEntry(key=event.trace_id, text=event.text, answer=answer)
     return list(held.values())
 

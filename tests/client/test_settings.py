@@ -19,6 +19,12 @@ from gil_core.testing import ScriptedChatModel
 from tests.client._support import user
 
 
+@pytest.fixture(autouse=True)
+def _no_suite_wide_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/conftest.py turns the limiter off for the suite; these tests read the real defaults."""
+    monkeypatch.delenv("GIL_REQUESTS_PER_SECOND", raising=False)
+
+
 def test_the_defaults_turn_on_cache_and_limiter_but_not_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("LOG_PATH", "CACHE_ENABLED", "CACHE_CAPACITY", "CACHE_TTL_SECONDS", "REQUESTS_PER_SECOND", "BURST"):
         monkeypatch.delenv(f"GIL_{name}", raising=False)

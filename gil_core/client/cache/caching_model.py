@@ -10,8 +10,9 @@ waits on no limiter and is not logged as a model call. What it does per call (se
   is corrupt: discarded, and the model is asked.
 * A stored answer is re-validated against the current contract; one that fails is discarded and the fresh
   reply replaces it.
-* Refusals, truncated replies (``finish_reason == "length"``), empty replies and replies that break the
-  contract are never stored.
+* Refusals, truncated replies (``finish_reason == "length"``), empty replies, replies that break the
+  contract, and replies without the logprobs the call asked for (a judge's reply is its logprobs) are never
+  stored; a stored reply without them is discarded on read.
 * The cache is an optimisation: a cache that fails is logged and counted in ``outcomes()``, never fails a call.
 """
 
@@ -211,7 +212,7 @@ class CachingChatModel:
                 extra_body=extra_body,
             )
         if key is not None:
-            if options.attempt == 1 and (cached := await self._read(key, options)) is not None:
+            if options.attempt == 1 and (cached := await self._read(key, options, top_logprobs)) is not None:
                 self._outcomes.hits += 1
                 return cached
             self._outcomes.misses += 1
@@ -219,10 +220,10 @@ class CachingChatModel:
             messages, max_tokens=max_tokens, temperature=temperature, top_logprobs=top_logprobs, extra_body=extra_body
         )
         if key is not None and not options.do_not_record:
-            await self._write(key, completion, options)
+            await self._write(key, completion, options, top_logprobs)
         return completion
 
-    async def _read(self, key: str, options: CallOptions) -> Completion | None:
+    async def _read(self, key: str, options: CallOptions, top_logprobs: int) -> Completion | None:
         try:
             payload = await self._cache.get(key)
         except Exception:  # any adapter's failure: the cache must never fail a call
@@ -236,14 +237,14 @@ class CachingChatModel:
             _log.warning("request cache entry %s… is corrupt (checksum or format); discarded", key[:12])
             await self._discard(key)
             return None
-        if self._violates(stored, options):
+        if self._violates(stored, options, top_logprobs):
             self._outcomes.discarded_invalid += 1
             await self._discard(key)
             return None
         return replace(stored, usage=Usage(), timings=None, latency_ms=0.0, raw=None)
 
-    async def _write(self, key: str, completion: Completion, options: CallOptions) -> None:
-        if not is_storable(completion) or self._violates(completion, options):
+    async def _write(self, key: str, completion: Completion, options: CallOptions, top_logprobs: int) -> None:
+        if not is_storable(completion) or self._violates(completion, options, top_logprobs):
             self._outcomes.not_stored += 1
             return
         try:
@@ -259,7 +260,9 @@ class CachingChatModel:
         except Exception:
             self._cache_failed("delete")
 
-    def _violates(self, completion: Completion, options: CallOptions) -> bool:
+    def _violates(self, completion: Completion, options: CallOptions, top_logprobs: int) -> bool:
+        if top_logprobs > 0 and not completion.top_logprobs:
+            return True
         contract = options.contract or self._contract
         return contract is not None and isinstance(contract.validate(completion.content, self._language), Violation)
 
