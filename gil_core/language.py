@@ -79,6 +79,11 @@ class PromptLanguage:
     blank_separator: str
     violation_not_json: str  # {names}
     violation_missing_blanks: str  # {names}
+    # Verifying a memory hit: do the request and the remembered one ask for the same thing? One token.
+    verify_system: str
+    verify_question: str  # {remembered}
+    verify_yes: str
+    verify_no: str
 
     def with_input(self, request: str) -> str:
         """The request framed as the model's input section."""
@@ -121,6 +126,12 @@ KOREAN = PromptLanguage(
     blank_separator=", ",
     violation_not_json="JSON 객체 하나가 아니다 — 필요한 키: {names}",
     violation_missing_blanks="빠졌거나 비어 있는 칸이 있다 — {names}",
+    verify_system="너는 두 요청이 같은 것을 묻는지 판단한다. 예 또는 아니오 한 단어만 출력한다.",
+    verify_question=(
+        "앞서 받은 다음 요청이 위 입력과 같은 것을 묻는가?\n<이전>\n{remembered}\n</이전>\n예 또는 아니오로만 답하라."
+    ),
+    verify_yes="예",
+    verify_no="아니오",
 )
 
 ENGLISH = PromptLanguage(
@@ -159,4 +170,11 @@ ENGLISH = PromptLanguage(
     blank_separator=", ",
     violation_not_json="not one JSON object (it needs the keys {names})",
     violation_missing_blanks="these blanks were missing or empty: {names}",
+    verify_system=("You decide whether two customer requests ask for the same thing. Reply with one word, yes or no."),
+    verify_question=(
+        "Does this earlier request ask for the same thing as the request above?\n"
+        "<earlier>\n{remembered}\n</earlier>\nReply with yes or no only."
+    ),
+    verify_yes="yes",
+    verify_no="no",
 )

@@ -26,9 +26,11 @@ from gil_core.habits.attribution import ReliabilityDelta, attribute_verdict
 from gil_core.habits.costs import evidence_from_row
 from gil_core.habits.shadows import Evidence, build_shadow_index
 from gil_core.judge import Candidate, Judge, ReflexJudge, SingleTokenJudge, TieredJudge
+from gil_core.judge.verify import SameRequestVerifier, Verifier
 from gil_core.llm import CallRecorder, ChatModel, EmbeddingModel, trace_scope
 from gil_core.llm.options import call_options
 from gil_core.memory import FeedbackEvent, Memory, Recall, rebuild_memory
+from gil_core.memory.evidence import MemoryEvidence
 from gil_core.memory.guard import HitGuard
 from gil_core.ontology.model import Option, OptionKind
 from gil_core.settings import ClientParts
@@ -69,6 +71,7 @@ class Resolver:
     (schema), so tasks never share an entry and a changed tree misses by itself; a cached answer is not a
     model call, so it is neither recorded nor priced. ``provider`` names the limiter's bucket, and
     ``fallback_chat`` answers (recorded under its own name) when the limiter refuses or the model is down.
+    ``verifier`` replaces the chat model's yes/no verification of memory hits in a task's verify band.
     """
 
     def __init__(
@@ -86,6 +89,7 @@ class Resolver:
         client: ClientParts | None = None,
         provider: str = "default",
         fallback_chat: ChatModel | None = None,
+        verifier: Verifier | None = None,
     ) -> None:
         self._store = store
         self._reflex_embedder = reflex_embedder
@@ -102,6 +106,8 @@ class Resolver:
         self._client = client
         self._provider = provider
         self._stacks: dict[tuple[str, str], ChatModel] = {}
+        self._verifier = verifier
+        self._evidence_by_task: dict[str, MemoryEvidence] = {}
         self._judge = judge
         self._order_seed = order_seed
         self._extra_body = extra_body
@@ -190,6 +196,9 @@ class Resolver:
             verdict = _GUARD.check(text, recall.text)
             if not verdict.allowed:  # similar, but not the same request: a miss that says why
                 recall, memory_outcome = replace(recall, hit=False, error=f"guard: {verdict.reason}"), "miss"
+        if recall is not None and recall.hit and task.policy.memory_verify is not None:
+            recall = await self._verified(task, text, recall)
+            memory_outcome = "hit" if recall.hit else "miss"
         if recall is not None and recall.hit:
             return _Outcome("memory", recall.answer, recall.similarity, recall=recall, memory="hit")
         walk, failure = await self._walk(task, text)
@@ -199,8 +208,51 @@ class Resolver:
             outcome.failure = failure
         return outcome
 
+    async def _verified(self, task: TaskDefinition, text: str, recall: Recall) -> Recall:
+        """A hit in the verify band, put to the yes/no judgment unless its entry's evidence clears it."""
+        policy = task.policy
+        assert policy.memory_threshold is not None and policy.memory_verify is not None
+        evidence = self._memory_evidence(task) if recall.source is not None else MemoryEvidence()
+        bar = evidence.threshold(recall.source, accept=policy.memory_threshold, verify=policy.memory_verify)
+        if recall.similarity is None or recall.similarity >= bar or recall.text is None:
+            return recall
+        verifier = self._verifier or SameRequestVerifier(
+            self._chat_for(task), task.language, extra_body=self._extra_body
+        )
+        try:
+            verdict = await verifier.verify(text, recall.text)
+        except ModelError as exc:  # an unverified hit is not served: a miss that says why
+            return replace(recall, hit=False, verified=False, error=f"verification failed: {exc}")
+        same = verdict.yes and verdict.confidence >= policy.verify_confidence
+        return replace(recall, hit=same, verified=same)
+
+    def _memory_evidence(self, task: TaskDefinition) -> MemoryEvidence:
+        """The task's per-entry evidence, read off the log once and then kept current by ``feedback``."""
+        evidence = self._evidence_by_task.get(task.name)
+        if evidence is None:
+            evidence = MemoryEvidence()
+            judged = (
+                self._store.scan("traces")
+                .filter(
+                    (pl.col("task") == task.name)
+                    & (pl.col("mode") == "memory")
+                    & pl.col("feedback_verdict").is_not_null()
+                )
+                .select("trace_id", "recall", "feedback_verdict", "created_at")
+                .sort("created_at")
+                .collect()
+            )
+            for row in judged.iter_rows(named=True):
+                source = (json.loads(row["recall"]) or {}).get("source") if row["recall"] else None
+                if source is not None:
+                    evidence.record(row["trace_id"], source, row["feedback_verdict"] == "correct")
+            self._evidence_by_task[task.name] = evidence
+        return evidence
+
     async def _lookup(self, task: TaskDefinition, text: str) -> tuple[Recall | None, MemoryOutcome]:
         threshold = task.policy.memory_threshold
+        if task.policy.memory_verify is not None:
+            threshold = task.policy.memory_verify  # the lowest similarity that may still be served
         if threshold is None or self._memory is None:
             return None, "off"
         try:
@@ -321,6 +373,8 @@ class Resolver:
         if task.policy.memory_threshold is None or self._memory is None:
             return
         recall = json.loads(row["recall"]) if row["recall"] else {}
+        if row["mode"] == "memory" and recall.get("source") and task.name in self._evidence_by_task:
+            self._evidence_by_task[task.name].record(trace_id, recall["source"], correct)
         try:
             if row["mode"] == "memory" and not correct and recall.get("source"):
                 await self._memory.forget(task.name, recall["source"])

@@ -70,6 +70,9 @@ _KEYS = {
     "contract": "tree | text | {kind: text, max_length: N}",
     "thresholds": "{per_layer: [..], leaf: x}; required",
     "memory_threshold": "number or null (memory off)",
+    "memory_accept": "number: the same as memory_threshold (give one of the two)",
+    "memory_verify": "number below memory_accept: hits between the two are verified by a yes/no judgment",
+    "verify_confidence": "0..1: the confidence a verification's yes needs (default 0.8)",
     "memory_failure": "miss | error",
     "fallback_scope": "path | full",
     "allow_fallback": "true | false",
@@ -162,6 +165,14 @@ class _Reader:
             return ModelSpec("remote", value["url"], value["name"], value.get("api_key_env"))
         raise self.fail(key, f"expected {_KEYS[key]}, got {value!r}")
 
+    def memory_accept(self) -> float | None:
+        if self.data.get("memory_accept") is not None and self.data.get("memory_threshold") is not None:
+            raise self.fail("memory_accept", "give memory_accept or memory_threshold, not both (they are one setting)")
+        value = self.get("memory_accept", (int, float), None)
+        if value is None:
+            value = self.get("memory_threshold", (int, float), None)
+        return float(value) if value is not None else None
+
     def client(self) -> dict[str, Any]:
         value = self.get("client", dict, {})
         unknown = sorted(set(value) - set(GilSettings.model_fields))
@@ -223,7 +234,9 @@ class _Reader:
             policy = TaskPolicy(
                 thresholds=self.thresholds(),
                 fallback_scope=self.get("fallback_scope", str, "path"),
-                memory_threshold=self.get("memory_threshold", (int, float), None),
+                memory_threshold=self.memory_accept(),
+                memory_verify=self.get("memory_verify", (int, float), None),
+                verify_confidence=float(self.get("verify_confidence", (int, float), 0.8)),
                 allow_fallback=self.get("allow_fallback", bool, True),
                 memory_failure=self.get("memory_failure", str, "miss"),
                 exploration_rate=float(self.get("exploration_rate", (int, float), 0.0)),

@@ -41,6 +41,13 @@ class TaskPolicy:
     or an amount (see ``gil_core.memory.guard``). ``reflex_threshold`` set: each node is judged first by the
     embedding reflex judge, and the LLM only when the reflex's confidence is below it (needs an embedder).
     ``do_not_record`` keeps every request's text out of every table, log and cache (``Resolver.resolve``).
+
+    Verified memory hits: with ``memory_verify`` set (below ``memory_threshold``, which is then the *accept*
+    threshold), a hit with similarity in [memory_verify, memory_threshold) is served only when a one-token
+    yes/no judgment says the two requests ask for the same thing with confidence ≥ ``verify_confidence``. An
+    entry whose hits keep being confirmed may skip the verification down to a per-entry threshold (see
+    ``gil_core.memory.evidence``), never below ``memory_verify``. Neither threshold has a default: choose them
+    from the log (``gil_core.habits.thresholds.select_memory_bands``).
     """
 
     thresholds: Thresholds
@@ -57,6 +64,8 @@ class TaskPolicy:
     slot_max_attempts: int = 3
     fallback_max_tokens: int = 512
     do_not_record: bool = False
+    memory_verify: float | None = None
+    verify_confidence: float = 0.8
 
     def __post_init__(self) -> None:
         if self.fallback_scope not in ("path", "full"):
@@ -67,6 +76,15 @@ class TaskPolicy:
             math.isfinite(self.memory_threshold) and -1.0 <= self.memory_threshold <= 1.0
         ):
             raise ConfigurationError(f"memory_threshold must lie in [-1, 1], got {self.memory_threshold!r}")
+        if self.memory_verify is not None:
+            if self.memory_threshold is None:
+                raise ConfigurationError("memory_verify needs memory_threshold (memory_accept) to be set")
+            if not (math.isfinite(self.memory_verify) and -1.0 <= self.memory_verify <= self.memory_threshold):
+                raise ConfigurationError(
+                    f"memory_verify must lie in [-1, memory_accept={self.memory_threshold}], got {self.memory_verify!r}"
+                )
+        if not (math.isfinite(self.verify_confidence) and 0.0 <= self.verify_confidence <= 1.0):
+            raise ConfigurationError(f"verify_confidence must lie in [0, 1], got {self.verify_confidence!r}")
         if not (math.isfinite(self.exploration_rate) and 0.0 <= self.exploration_rate <= 1.0):
             raise ConfigurationError(f"exploration_rate must lie in [0, 1], got {self.exploration_rate!r}")
         for name in ("fallback_max_attempts", "slot_max_attempts", "fallback_max_tokens"):
@@ -122,6 +140,8 @@ class TaskDefinition:
             "slot_max_attempts": policy.slot_max_attempts,
             "fallback_max_tokens": policy.fallback_max_tokens,
             "do_not_record": policy.do_not_record,
+            "memory_verify": policy.memory_verify,
+            "verify_confidence": policy.verify_confidence,
             "examples": list(self.examples),
         }
 

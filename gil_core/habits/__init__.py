@@ -13,7 +13,15 @@ from gil_core.habits.differentiation import (
 from gil_core.habits.promotion import PromotionLog, PromotionPolicy, propose_promotions, review_promotions
 from gil_core.habits.review_log import Decision, ReviewKind, ReviewLog
 from gil_core.habits.shadows import Evidence, build_shadow_index, confirmed_answer
-from gil_core.habits.thresholds import ThresholdChoice, ThresholdReport, choose_threshold, select_thresholds
+from gil_core.habits.thresholds import (
+    MemoryBands,
+    ThresholdChoice,
+    ThresholdReport,
+    choose_memory_bands,
+    choose_threshold,
+    select_memory_bands,
+    select_thresholds,
+)
 
 __all__ = [
     "DeactivationPolicy",
@@ -22,6 +30,7 @@ __all__ = [
     "Evidence",
     "EvidenceTrace",
     "JudgeCostModel",
+    "MemoryBands",
     "PromotionLog",
     "PromotionPolicy",
     "ReliabilityDelta",
@@ -34,11 +43,13 @@ __all__ = [
     "attribute_verdict",
     "build_shadow_index",
     "capacity_signals",
+    "choose_memory_bands",
     "choose_threshold",
     "confirmed_answer",
     "group_unserved",
     "propose_deactivations",
     "propose_promotions",
     "review_promotions",
+    "select_memory_bands",
     "select_thresholds",
 ]

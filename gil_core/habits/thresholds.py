@@ -48,11 +48,14 @@ from gil_core.tasks import TaskDefinition
 from gil_core.telemetry import TelemetryStore
 
 __all__ = [
+    "MemoryBands",
     "ThresholdChoice",
     "ThresholdReport",
+    "choose_memory_bands",
     "choose_threshold",
     "judgment_pairs",
     "nearest_earlier",
+    "select_memory_bands",
     "select_thresholds",
 ]
 
@@ -84,6 +87,18 @@ class ThresholdReport:
     layers: Mapping[int, ThresholdChoice]
     leaf: ThresholdChoice
     memory: ThresholdChoice
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBands:
+    """The two memory thresholds of verified hits: at or above ``accept`` a hit is served as it is; from
+    ``verify`` up to ``accept`` it is verified first. ``verify`` is where precision without verification
+    reaches ``verify_precision``: below it hits are so often wrong that a verification is not worth paying."""
+
+    accept: ThresholdChoice
+    verify: ThresholdChoice
+    accept_precision: float
+    verify_precision: float
 
 
 @dataclass
@@ -129,6 +144,28 @@ def choose_threshold(
     allowed = answered >= min(minimum_answered, len(x))
     at = int(np.argmax(np.where(allowed, precision, -1.0)))  # first maximum: the lowest such threshold
     return ThresholdChoice(None, float(precision[at]), int(answered[at]), len(x))
+
+
+def choose_memory_bands(
+    similarities: ArrayLike,
+    rights: ArrayLike,
+    *,
+    accept_precision: float,
+    verify_precision: float,
+    minimum_answered: int,
+) -> MemoryBands:
+    """Both bands from one set of (similarity, right) pairs; ``verify_precision`` < ``accept_precision``."""
+    if not verify_precision < accept_precision:
+        raise ConfigurationError(
+            f"verify_precision ({verify_precision}) must be below accept_precision ({accept_precision})"
+        )
+    accept = choose_threshold(
+        similarities, rights, target_precision=accept_precision, minimum_answered=minimum_answered
+    )
+    verify = choose_threshold(
+        similarities, rights, target_precision=verify_precision, minimum_answered=minimum_answered
+    )
+    return MemoryBands(accept, verify, accept_precision, verify_precision)
 
 
 def nearest_earlier(vectors: ArrayLike, held: ArrayLike) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
@@ -246,23 +283,7 @@ async def select_thresholds(
     logged recall similarities are used where they were computed against earlier requests.
     """
     _check_target(target_precision, minimum_answered)
-    traces = (
-        store.scan("traces")
-        .filter((pl.col("task") == task.name) & pl.col("feedback_verdict").is_not_null())
-        .select(
-            "trace_id",
-            "created_at",
-            "state",
-            "mode",
-            "path",
-            "output",
-            "feedback_verdict",
-            "feedback_correction",
-            "recall",
-        )
-        .sort("created_at", maintain_order=True)
-        .collect()
-    )
+    traces = _judged_traces(store, task)
     untrusted = (
         store.scan("calls")
         .filter((pl.col("role") == "judge") & (pl.col("label_mass") < trust_threshold))
@@ -286,6 +307,49 @@ async def select_thresholds(
         layers={layer: choose(pairs) for layer, pairs in layers.items()},
         leaf=choose(leaf),
         memory=choose(memory),
+    )
+
+
+async def select_memory_bands(
+    store: TelemetryStore,
+    task: TaskDefinition,
+    *,
+    accept_precision: float,
+    verify_precision: float,
+    minimum_answered: int,
+    embedder: EmbeddingModel | None = None,
+) -> MemoryBands:
+    """``memory_accept`` and ``memory_verify`` for ``task`` from its judged traces, replayed as
+    ``select_thresholds`` replays memory (by exact cosine with ``embedder``, else from the logged recalls)."""
+    _check_target(accept_precision, minimum_answered)
+    _check_target(verify_precision, minimum_answered)
+    traces = _judged_traces(store, task)
+    pairs = await _replayed_memory(traces, embedder) if embedder is not None else _logged_memory(traces)
+    return choose_memory_bands(
+        *pairs,
+        accept_precision=accept_precision,
+        verify_precision=verify_precision,
+        minimum_answered=minimum_answered,
+    )
+
+
+def _judged_traces(store: TelemetryStore, task: TaskDefinition) -> pl.DataFrame:
+    return (
+        store.scan("traces")
+        .filter((pl.col("task") == task.name) & pl.col("feedback_verdict").is_not_null())
+        .select(
+            "trace_id",
+            "created_at",
+            "state",
+            "mode",
+            "path",
+            "output",
+            "feedback_verdict",
+            "feedback_correction",
+            "recall",
+        )
+        .sort("created_at", maintain_order=True)
+        .collect()
     )
 
 

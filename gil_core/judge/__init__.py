@@ -13,6 +13,7 @@ from gil_core.judge.prompt import Candidate, build_judge_messages, label_candida
 from gil_core.judge.reflex import ReflexJudge, TieredJudge, TieredJudgment
 from gil_core.judge.router import JudgmentRouter, JudgmentScope, Routed, RouterThresholds
 from gil_core.judge.single_token import TOP_LOGPROBS, Judge, Judgment, SingleTokenJudge
+from gil_core.judge.verify import SameRequestVerifier, Verifier
 
 __all__ = [
     "DEFAULT_TRUST_THRESHOLD",
@@ -30,10 +31,12 @@ __all__ = [
     "ReflexJudge",
     "Routed",
     "RouterThresholds",
+    "SameRequestVerifier",
     "Score",
     "SingleTokenJudge",
     "TieredJudge",
     "TieredJudgment",
+    "Verifier",
     "YesNo",
     "build_judge_messages",
     "label_candidates",

@@ -11,6 +11,7 @@ LanceDB and scikit-learn are imported on first use, so importing this package st
 
 from gil_core.memory.breaker import BreakerState, CircuitBreakingMemory
 from gil_core.memory.embedders import CallableEmbeddingModel, EmbeddingFunction
+from gil_core.memory.evidence import EntryEvidence, MemoryEvidence, wilson_lower_bound
 from gil_core.memory.guard import GuardVerdict, HitGuard
 from gil_core.memory.lancedb_memory import LanceDBMemory
 from gil_core.memory.lexical_memory import LexicalMemory
@@ -22,6 +23,7 @@ __all__ = [
     "CallableEmbeddingModel",
     "CircuitBreakingMemory",
     "EmbeddingFunction",
+    "EntryEvidence",
     "FeedbackEvent",
     "GuardVerdict",
     "HitGuard",
@@ -29,8 +31,10 @@ __all__ = [
     "LexicalMemory",
     "Memory",
     "MemoryEntry",
+    "MemoryEvidence",
     "Recall",
     "Verdict",
     "plan_memory",
     "rebuild_memory",
+    "wilson_lower_bound",
 ]

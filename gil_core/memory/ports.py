@@ -35,6 +35,7 @@ class Recall:
     answer: str | None = None
     text: str | None = None
     error: str | None = None
+    verified: bool | None = None
 
     @classmethod
     def from_nearest(cls, nearest: MemoryEntry, *, threshold: float) -> Recall:
@@ -51,13 +52,15 @@ class Recall:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The ``recall`` column's JSON: ``{source, similarity, threshold, hit, error}`` without None fields."""
+        """The ``recall`` column's JSON: ``{source, similarity, threshold, hit, error, verified}`` without None
+        fields (``verified`` only when the hit was put to a verification)."""
         fields = {
             "source": self.source,
             "similarity": self.similarity,
             "threshold": self.threshold,
             "hit": self.hit,
             "error": self.error,
+            "verified": self.verified,
         }
         return {name: value for name, value in fields.items() if value is not None}
 
