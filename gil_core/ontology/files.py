@@ -206,7 +206,9 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
+    # YAML 1.1 reads NEL (U+0085) as a line break: in a block or plain scalar it would come back as "\n" or a
+    # space. Only a double-quoted scalar escapes it ("\N"), so such text is written that way.
+    style = '"' if "\x85" in value else "|" if "\n" in value else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
