@@ -404,9 +404,12 @@ def ui(
     port: Annotated[int, typer.Option(help="Port of the Prefect server and UI.")] = UI_PORT,
 ) -> None:
     """Start the Prefect server and UI on loopback, analytics off (blocks until stopped)."""
-    import subprocess
-
     _prefect_environment()
+    address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    # `prefect server start --port` does not tell the page where the API is: without this it calls :4200 (or
+    # whatever PREFECT_API_URL says) and shows an empty UI. Offline users need no Prefect Cloud banners either.
+    os.environ["PREFECT_SERVER_UI_API_URL"] = f"{address}/api"
+    os.environ.setdefault("PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT", "false")
     command = [
         sys.executable,
         "-m",
@@ -419,8 +422,11 @@ def ui(
         str(port),
         "--analytics-off",
     ]
-    console.print(f"Prefect UI on http://{host}:{port} (Ctrl-C stops it)")
-    raise typer.Exit(subprocess.call(command))
+    console.print(f"Prefect UI on {address} (Ctrl-C stops it)")
+    sys.stdout.flush()
+    # Become the server rather than wait for a child: Ctrl-C and SIGTERM then reach it directly, and stopping
+    # `gil ui` can never leave an orphaned server holding the port.
+    os.execv(sys.executable, command)
 
 
 @app.command()
@@ -438,11 +444,22 @@ def serve(
 ) -> None:
     """Register every flow as a deployment with its default schedule against `gil ui`, and run them."""
     _prefect_environment(api_url)
-    from flows.deployments import serve_all
-
     chosen = task_file_path or Path(os.environ.get("GIL_TASK_FILE", "gil.yaml"))
     task_file(chosen)  # fail early, in one line, on a bad task file
+    _require_prefect_api(api_url)
+    from flows.deployments import serve_all
+
     guarded(lambda: serve_all(chosen, tickets, verdicts))
+
+
+def _require_prefect_api(api_url: str) -> None:
+    """One line instead of Prefect's traceback when no server answers at the API URL."""
+    import httpx
+
+    try:
+        httpx.get(f"{api_url.rstrip('/')}/health", timeout=10.0).raise_for_status()
+    except httpx.HTTPError as exc:
+        raise fail(f"no Prefect API at {api_url} ({exc}): start `gil ui` first, or pass --api-url") from None
 
 
 def main() -> None:  # the console-script entry point
