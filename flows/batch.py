@@ -7,39 +7,82 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
+from prefect.concurrency.asyncio import concurrency as hold_slots
 
-from flows._prefect import gil_task
-from gil_core.batch import apply_verdicts, read_tickets, read_verdicts, resolve_batch, write_results
+from flows._prefect import RunnerKind, batch_task_runner, ensure_endpoint_limits, gil_task
+from gil_core.batch import (
+    BadInput,
+    BatchReport,
+    Ticket,
+    apply_verdicts,
+    model_endpoints,
+    pending_tickets,
+    plan_chunks,
+    read_tickets,
+    read_verdicts,
+    resolve_batch,
+    share_client_budget,
+    ticket_trace_id,
+    write_results,
+)
 from gil_core.reporting import stats_markdown, stats_table
 from gil_core.runtime import open_runtime
 from gil_core.taskfile import load_task_file
+from gil_core.telemetry import TelemetryStore
 
 
-@gil_task(name="resolve tickets")
-async def resolve_tickets(
-    task_file: str, tickets_path: str, out: str | None, concurrency: int | None
-) -> dict[str, Any]:
+@gil_task(name="plan batch")
+def plan_batch(
+    task_file: str, tickets_path: str, workers: int
+) -> tuple[list[list[Ticket]], list[Ticket], list[BadInput]]:
+    """The chunks of tickets still without a trace (one chunk without parallel workers), every valid ticket,
+    and the bad input lines."""
     logger = get_run_logger()
     loaded = load_task_file(task_file)
     tickets, bad = read_tickets(tickets_path)
     for item in bad:
         logger.warning("skipped %s", item)
-    step = max(1, len(tickets) // 10)
+    todo = pending_tickets(TelemetryStore(loaded.store), loaded.task.name, tickets)
+    chunks = plan_chunks(todo, workers, per_worker=4 if workers > 1 else 1)
+    done = len(tickets) - len(todo)
+    logger.info("%d tickets, %d already resolved, %d in %d chunks", len(tickets), done, len(todo), len(chunks))
+    return chunks, tickets, bad
+
+
+@gil_task(name="resolve chunk")
+async def resolve_chunk(
+    task_file: str, tickets: list[Ticket], in_flight: int, limits: list[str], processes: int
+) -> BatchReport:
+    """Resolve one chunk in this process, with its own runtime (models, memory and store opened here from the
+    task file's paths and URLs). While it runs the chunk holds ``in_flight`` slots of each model server's global
+    concurrency limit, and resolves at most that many tickets at once."""
+    logger = get_run_logger()
+    loaded = share_client_budget(load_task_file(task_file), processes)
+    step = max(1, len(tickets) // 4)
 
     def progress(done: int, total: int) -> None:
         if done == total or done % step == 0:
-            logger.info("resolved %d/%d tickets", done, total)
+            logger.info("chunk: %d/%d tickets", done, total)
 
-    async with open_runtime(loaded) as runtime:
-        report = await resolve_batch(
-            runtime.resolver, loaded.task, tickets, concurrency=concurrency or loaded.concurrency, progress=progress
-        )
-        report.failed[:0] = bad
-        for item in report.failed[len(bad) :]:
-            logger.warning("ticket failed: %s", item)
-        if out:
-            write_results(runtime.resolver, loaded.task, report, out)
-    return report.to_json()
+    async with hold_slots(limits, occupy=in_flight, strict=True), open_runtime(loaded) as runtime:
+        report = await resolve_batch(runtime.resolver, loaded.task, tickets, concurrency=in_flight, progress=progress)
+    for item in report.failed:
+        logger.warning("ticket failed: %s", item)
+    return report
+
+
+@gil_task(name="write results")
+def finish_batch(
+    task_file: str, tickets: list[Ticket], reports: list[BatchReport], bad: list[BadInput], out: str | None
+) -> dict[str, Any]:
+    """Merge the chunks' reports into the batch's, and write one result line per ticket."""
+    loaded = load_task_file(task_file)
+    report = BatchReport.merged(reports)
+    report.skipped = len(tickets) - report.resolved - len(report.failed)
+    report.trace_ids = {ticket.id: ticket_trace_id(loaded.task.name, ticket.id) for ticket in tickets}
+    report.failed[:0] = bad
+    written = write_results(TelemetryStore(loaded.store), loaded.task, report, out) if out else 0
+    return {**report.to_json(), "written": written}
 
 
 @gil_task(name="apply verdicts")
@@ -57,8 +100,6 @@ async def apply_feedback_task(task_file: str, verdicts_path: str) -> dict[str, A
 
 @gil_task(name="publish stats")
 async def publish_stats(task_file: str, window: int = 50) -> str:
-    from gil_core.telemetry import TelemetryStore
-
     loaded = load_task_file(task_file)
     stats = TelemetryStore(loaded.store).stats(loaded.task.name, window, tree=loaded.task.tree)
     key = f"{loaded.task.name}-stats".lower().replace("_", "-")
@@ -70,10 +111,29 @@ async def publish_stats(task_file: str, window: int = 50) -> str:
 
 @flow(name="resolve-batch", log_prints=True)
 async def resolve_batch_flow(
-    task_file: str, tickets: str, out: str | None = None, concurrency: int | None = None
+    task_file: str,
+    tickets: str,
+    out: str | None = None,
+    concurrency: int | None = None,
+    task_runner: RunnerKind = "threads",
+    workers: int = 4,
+    scheduler: str | None = None,
 ) -> dict[str, Any]:
-    """Resolve queued tickets (JSONL or Parquet with id and text); a rerun resolves only what is missing."""
-    report = await resolve_tickets(task_file, str(Path(tickets)), out, concurrency)
+    """Resolve queued tickets (JSONL or Parquet with id and text); a rerun resolves only what is missing.
+
+    ``task_runner``: ``threads`` (one chunk in this process) or ``dask`` (chunks on a LocalCluster of ``workers``
+    processes, or on the Dask scheduler at ``scheduler``). Calls in flight to each model server stay within its
+    Prefect global concurrency limit (created with ``concurrency``, default the task file's), across processes.
+    """
+    loaded = load_task_file(task_file)
+    limits, slots = await ensure_endpoint_limits(model_endpoints(loaded), concurrency or loaded.concurrency)
+    with batch_task_runner(task_runner, workers, scheduler) as (runner, parallel):
+        chunks, valid, bad = plan_batch(task_file, str(Path(tickets)), parallel)
+        in_flight = max(1, slots // parallel)
+        parameters = {"task_file": task_file, "in_flight": in_flight, "limits": limits, "processes": parallel}
+        futures = [runner.submit(resolve_chunk, {**parameters, "tickets": chunk}) for chunk in chunks]
+        reports = [future.result() for future in futures]
+    report = finish_batch(task_file, valid, reports, bad, out)
     await publish_stats(task_file)
     return report
 

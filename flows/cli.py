@@ -112,13 +112,37 @@ def resolve_batch_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Results JSONL (one line per ticket).")],
     task_file_path: TaskFileOption = None,
     concurrency: Annotated[int | None, typer.Option(help="Requests in flight (default: the task file's).")] = None,
+    task_runner: Annotated[
+        str,
+        typer.Option(
+            "--task-runner",
+            help="threads: in this process, without Prefect. dask: the resolve-batch flow, in chunks on Dask "
+            "worker processes, calls per model server bounded across them by a Prefect global concurrency limit.",
+        ),
+    ] = "threads",
+    workers: Annotated[int, typer.Option(help="Worker processes of the Dask LocalCluster (--task-runner dask).")] = 4,
+    scheduler: Annotated[
+        str | None, typer.Option(help="Address of a running Dask scheduler to use instead of a LocalCluster.")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Resolve a batch of tickets. Idempotent by ticket id: a rerun resolves only tickets without a trace."""
     loaded = task_file(task_file_path)
+    if task_runner not in ("threads", "dask"):
+        raise fail(f"--task-runner: expected threads or dask, got {task_runner!r}")
     items, bad = guarded(lambda: read_tickets(tickets))
     for item in bad:
         warn("skipped", item)
+
+    async def on_dask() -> dict[str, Any]:
+        _prefect_environment()
+        from flows.batch import resolve_batch_flow
+
+        summary = await resolve_batch_flow(
+            str(loaded.path), str(tickets), str(out), concurrency, "dask", workers, scheduler
+        )
+        failed = summary["failed"][len(bad) :]  # the flow lists the bad lines first
+        return {**summary, "failed": failed, "bad_lines": [str(item) for item in bad], "out": str(out)}
 
     async def work() -> dict[str, Any]:
         with Progress(
@@ -133,10 +157,10 @@ def resolve_batch_command(
                     concurrency=concurrency or loaded.concurrency,
                     progress=lambda done, total: bar.update(job, completed=done, total=total),
                 )
-                written = write_results(runtime.resolver, loaded.task, report, out)
+                written = write_results(runtime.store, loaded.task, report, out)
         return {**report.to_json(), "bad_lines": [str(item) for item in bad], "written": written, "out": str(out)}
 
-    result = run(work())
+    result = run(on_dask() if task_runner == "dask" or scheduler else work())
     for failure in result["failed"]:
         warn("failed", failure)
     emit(

@@ -3,25 +3,34 @@
 A ticket's trace id is derived from its task and ticket id, so a rerun (after a crash, or by a scheduler that
 fires twice) resolves only the tickets that have no trace yet, and never stores a second trace for a ticket.
 One bad ticket is reported and skipped; the rest of the batch runs.
+
+A batch spread over several processes is cut into chunks (``plan_chunks``); each process opens its own runtime
+and resolves its chunks with ``resolve_batch``, and ``BatchReport.merged`` puts the reports back together. Since
+the trace id depends only on task and ticket, it does not matter which process resolved a ticket.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import polars as pl
 
-from gil_core.errors import GilError, UnknownTraceError
+from gil_core.errors import ConfigurationError, GilError, UnknownTraceError
 from gil_core.habits.attribution import habit_for_text
 from gil_core.resolver import Resolver
+from gil_core.settings import load_settings
+from gil_core.taskfile import ModelSpec, TaskFile
 from gil_core.tasks import TaskDefinition
+from gil_core.telemetry import TelemetryStore
 
 __all__ = [
     "BadInput",
@@ -30,9 +39,13 @@ __all__ = [
     "Ticket",
     "Verdict",
     "apply_verdicts",
+    "model_endpoints",
+    "pending_tickets",
+    "plan_chunks",
     "read_tickets",
     "read_verdicts",
     "resolve_batch",
+    "share_client_budget",
     "ticket_trace_id",
     "write_results",
 ]
@@ -78,6 +91,17 @@ class BatchReport:
             "failed": [str(item) for item in self.failed],
             "tickets": len(self.trace_ids),
         }
+
+    @classmethod
+    def merged(cls, reports: Iterable[BatchReport]) -> BatchReport:
+        """One report for a batch resolved in parts (chunks); the parts' tickets are disjoint."""
+        total = cls()
+        for report in reports:
+            total.resolved += report.resolved
+            total.skipped += report.skipped
+            total.failed += report.failed
+            total.trace_ids |= report.trace_ids
+        return total
 
 
 @dataclass
@@ -174,7 +198,7 @@ async def resolve_batch(
     """Resolve every ticket that has no trace yet, at most ``concurrency`` at a time."""
     tickets = list(tickets)
     report = BatchReport(trace_ids={t.id: ticket_trace_id(task.name, t.id) for t in tickets})
-    done = existing_trace_ids(resolver, task.name)
+    done = existing_trace_ids(resolver.store, task.name)
     todo = [t for t in tickets if report.trace_ids[t.id] not in done]
     report.skipped = len(tickets) - len(todo)
     gate = asyncio.Semaphore(concurrency)
@@ -198,16 +222,79 @@ async def resolve_batch(
     return report
 
 
-def existing_trace_ids(resolver: Resolver, task: str) -> set[str]:
-    traces = resolver.store.scan("traces").filter(pl.col("task") == task).select("trace_id").collect()
+def existing_trace_ids(store: TelemetryStore, task: str) -> set[str]:
+    traces = store.scan("traces").filter(pl.col("task") == task).select("trace_id").collect()
     return set(traces["trace_id"].to_list())
 
 
-def write_results(resolver: Resolver, task: TaskDefinition, report: BatchReport, out: str | Path) -> int:
+def pending_tickets(store: TelemetryStore, task: str, tickets: Iterable[Ticket]) -> list[Ticket]:
+    """The tickets that have no trace yet, in order."""
+    done = existing_trace_ids(store, task)
+    return [ticket for ticket in tickets if ticket_trace_id(task, ticket.id) not in done]
+
+
+def plan_chunks(
+    tickets: Sequence[Ticket], workers: int, *, per_worker: int = 4, min_size: int = 25
+) -> list[list[Ticket]]:
+    """Cut a batch into contiguous chunks for ``workers`` processes, sizes differing by one ticket at most.
+
+    About ``per_worker`` chunks each, so a worker that finishes early takes more work instead of waiting for a
+    slow one; never chunks below ``min_size`` tickets (each chunk opens a runtime). Every ticket is in exactly one
+    chunk, in order; no chunk is empty.
+    """
+    if workers < 1 or per_worker < 1 or min_size < 1:
+        raise ConfigurationError(f"workers, per_worker, min_size must be ≥ 1: {workers}, {per_worker}, {min_size}")
+    if not tickets:
+        return []
+    count = max(1, min(workers * per_worker, len(tickets) // min_size))
+    size, larger = divmod(len(tickets), count)  # the first ``larger`` chunks take one ticket more
+    bounds = [index * size + min(index, larger) for index in range(count + 1)]
+    return [list(tickets[start:end]) for start, end in itertools.pairwise(bounds)]
+
+
+def model_endpoints(task_file: TaskFile) -> tuple[str, ...]:
+    """The model servers a task file's batch talks to, one key per server (``host:port``, or ``local`` for the
+    embedded server): what a concurrency bound shared by several processes is keyed by. In-process models
+    (``hash``, ``none``, the ``local`` embedder) are no server and have no key."""
+    specs = [task_file.chat_model, task_file.embedding_model]
+    if task_file.fallback_chat_model is not None:
+        specs.append(task_file.fallback_chat_model)
+    keys = [_endpoint(spec, chat=spec is not task_file.embedding_model) for spec in specs]
+    return tuple(dict.fromkeys(key for key in keys if key is not None))
+
+
+def _endpoint(spec: ModelSpec, *, chat: bool) -> str | None:
+    if spec.kind == "local":
+        return "local" if chat else None
+    if spec.kind != "remote" or spec.url is None:
+        return None
+    url = httpx.URL(spec.url)
+    return f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+
+
+def share_client_budget(task_file: TaskFile, workers: int) -> TaskFile:
+    """The task file as one of ``workers`` processes should run it: each process has its own rate limiter (a
+    token bucket in memory), so each gets ``1/workers`` of the requests per second and of the burst, and the
+    processes together stay within the configured rate. A limiter that is off stays off."""
+    if workers < 1:
+        raise ConfigurationError(f"workers must be ≥ 1, got {workers}")
+    settings = load_settings(**task_file.client)
+    local_unlimited = task_file.chat_model.kind == "local" and "requests_per_second" not in task_file.client
+    if workers == 1 or settings.requests_per_second == 0 or local_unlimited:
+        return task_file
+    client = {
+        **task_file.client,
+        "requests_per_second": settings.requests_per_second / workers,
+        "burst": max(1, settings.burst // workers),
+    }
+    return replace(task_file, client=client)
+
+
+def write_results(store: TelemetryStore, task: TaskDefinition, report: BatchReport, out: str | Path) -> int:
     """Write one result line per ticket that has a trace (stable interface, see README), atomically."""
     by_trace = {trace_id: ticket_id for ticket_id, trace_id in report.trace_ids.items()}
     traces = (
-        resolver.store.scan("traces")
+        store.scan("traces")
         .filter(pl.col("trace_id").is_in(list(by_trace)))
         .select("trace_id", "mode", "output", "label", "confidence", "energy", "path", "failure")
         .collect()

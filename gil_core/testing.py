@@ -356,6 +356,8 @@ class ScriptedOpenAIServer(_Script):
     ``POST /v1/chat/completions`` takes the queue (``enqueue``, ``enqueue_failure``, ``enqueue_json``), then
     ``responder(body)``, else answers 500. ``POST /v1/embeddings`` answers with ``HashEmbeddingModel`` vectors
     unless a failure or raw JSON reply is next in the queue. ``requests`` records every request received.
+    ``latency_seconds`` delays every reply by a fixed time, as a model server's per-call time; each request
+    waits on its own thread, so the server serves any number of calls at once (the client's bound is the limit).
     """
 
     def __init__(
@@ -365,12 +367,16 @@ class ScriptedOpenAIServer(_Script):
         api_key: str | None = None,
         embedding_dimensions: int = 64,
         hang_seconds: float = _MAX_HANG_SECONDS,
+        latency_seconds: float = 0.0,
     ) -> None:
         super().__init__()
+        if not 0.0 <= latency_seconds <= _MAX_HANG_SECONDS:
+            raise ValueError(f"latency_seconds must be within 0..{_MAX_HANG_SECONDS:g}, got {latency_seconds}")
         self._responder = responder
         self._api_key = api_key
         self._embedder = HashEmbeddingModel(embedding_dimensions)
         self._hang_seconds = min(hang_seconds, _MAX_HANG_SECONDS)
+        self._latency_seconds = latency_seconds
         self._closing = threading.Event()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -446,6 +452,8 @@ class ScriptedOpenAIServer(_Script):
 
     def _answer(self, path: str, raw: bytes, headers: Mapping[str, str]) -> _Response | None:
         """The reply to one request (None: close the connection without one). Runs on a handler thread."""
+        if self._latency_seconds:
+            self._closing.wait(self._latency_seconds)
         try:
             body = json.loads(raw)
         except ValueError:

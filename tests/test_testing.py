@@ -314,3 +314,18 @@ def test_server_close_is_not_held_up_by_a_hanging_request() -> None:
     client.join(timeout=5.0)
     assert not client.is_alive()
     assert isinstance(outcome[0], httpx.RemoteProtocolError)  # released without a reply
+
+
+def test_server_latency_delays_every_reply_by_at_least_the_fixed_time() -> None:
+    """A lower bound only: a reply can come late on a busy machine, never early."""
+    import time
+
+    latency = 0.3
+    with ScriptedOpenAIServer(latency_seconds=latency, responder=lambda body: "ok") as server:
+        for path, body in (("/chat/completions", {"messages": MESSAGES}), ("/embeddings", {"input": ["a b"]})):
+            started = time.monotonic()
+            response = post(server, path, body)
+            assert response.status_code == 200 and time.monotonic() - started >= latency
+    for bad in (-0.1, 31.0):
+        with pytest.raises(ValueError, match="latency_seconds"):
+            ScriptedOpenAIServer(latency_seconds=bad)
