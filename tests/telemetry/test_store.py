@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
@@ -14,6 +15,8 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gil_core.errors import SchemaViolationError, TelemetryError
 from gil_core.telemetry import (
@@ -328,6 +331,8 @@ def test_the_compacted_file_names_the_files_it_replaces(store: TelemetryStore) -
     (merged,) = parquet_files(store, "reviews")
     metadata = pq.read_metadata(merged).metadata
     assert json.loads(metadata[b"gil.replaces"]) == sources
+    first, last = (int(name.split("-")[0]) for name in (sources[0], sources[-1]))
+    assert json.loads(metadata[b"gil.seq_range"]) == [first, last]  # the _seq it holds, for readers' order check
 
 
 def test_a_compaction_killed_before_its_deletes_still_reads_each_row_once(
@@ -387,3 +392,67 @@ def test_counter_tables_sum_their_increments_per_key_before_and_after_compaction
     store.append("node_stats", [{"scope": "s", "node_id": "root", "hits": 3, "accepts": 3, "exits": 0}])
     expected[0] |= {"hits": 5, "accepts": 4}
     assert store.read("node_stats").to_dicts() == expected
+
+
+def test_a_compaction_that_raced_a_slow_append_still_lets_the_later_write_win(store: TelemetryStore) -> None:
+    """A slow writer takes its stamp, a compaction then merges newer files, and only then the slow file lands:
+    its name sorts before the compacted file, its row is the later write. Readers must not go by names alone."""
+    store.append("store_meta", [{"key": "k", "value": "old"}])
+    store.append("store_meta", [{"key": "other", "value": "x"}])
+    newest = max(int(path.name.split("-")[0]) for path in parquet_files(store, "store_meta"))
+    slow = newest + 1  # stamped before the compaction below, written after it
+    assert store.compact("store_meta") == 2
+    frame = pl.DataFrame({"key": ["k"], "value": ["new"], "_seq": [slow]})
+    frame.write_parquet(store.root / "store_meta" / f"{slow:020d}-1-slow.parquet")
+    (compacted,) = [path for path in parquet_files(store, "store_meta") if path.name.endswith(".compacted.parquet")]
+    assert parquet_files(store, "store_meta")[0].name.endswith("-slow.parquet") and compacted.name > f"{slow:020d}"
+
+    assert store.read("store_meta").rows() == [("other", "x"), ("k", "new")]
+    assert store.scan("store_meta").collect().rows() == [("other", "x"), ("k", "new")]
+    assert store.compact("store_meta") == 2
+    assert store.read("store_meta").rows() == [("other", "x"), ("k", "new")]
+
+
+_OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.lists(st.tuples(st.sampled_from("abcde"), st.integers(0, 9)), min_size=1)),
+        st.tuples(st.just("count"), st.lists(st.sampled_from("xyz"), min_size=1, max_size=3)),
+        st.tuples(st.just("compact"), st.just([])),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(operations=_OPERATIONS)
+def test_reads_match_a_model_of_last_writes_through_any_appends_and_compactions(
+    operations: list[tuple[str, list[Any]]],
+) -> None:
+    """Keyed rows: the last write per key, in the order of those writes; counters: the sum per key, in order of
+    first write; a log: every row. Whatever mix of appends and compactions came before, and both ways of reading."""
+    keyed: dict[str, str] = {}
+    counted: dict[str, int] = {}
+    logged: list[str] = []
+    with tempfile.TemporaryDirectory() as root:
+        store = TelemetryStore(root)
+        for operation, items in operations:
+            if operation == "put":
+                store.append("store_meta", [{"key": key, "value": str(value)} for key, value in items])
+                for key, value in items:  # within one append the last row per key wins, in its position
+                    keyed.pop(key, None)
+                    keyed[key] = str(value)
+                logged += [key for key, _ in items]
+                store.append("reviews", [review(key) for key, _ in items])
+            elif operation == "count":
+                rows = [{"scope": "s", "node_id": node, "hits": 1, "accepts": 0, "exits": 0} for node in items]
+                store.append("node_stats", rows)
+                for node in items:
+                    counted[node] = counted.get(node, 0) + 1
+            else:
+                for table in ("store_meta", "reviews", "node_stats"):
+                    store.compact(table)
+            last_rows = [(key, keyed[key]) for key in keyed]
+            for read in (store.read, lambda table: store.scan(table).collect()):
+                assert read("store_meta").rows() == last_rows
+                assert read("reviews")["item_id"].to_list() == logged
+                assert read("node_stats").select("node_id", "hits").rows() == list(counted.items())
