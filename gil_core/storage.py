@@ -51,6 +51,7 @@ OBJECT_STORE_SCHEME = "s3://"
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _REDACTED = "***"
+_ERROR_HEAD = 300  # characters of a library's error text kept in a message
 # What an S3 error body or an options dump can carry besides the configured values themselves.
 _KEY_PATTERNS = (
     re.compile(r"(<AWSAccessKeyId>)[^<]*(</AWSAccessKeyId>)"),
@@ -157,6 +158,15 @@ class S3Settings(BaseSettings):
         for pattern in _KEY_PATTERNS:
             text = pattern.sub(rf"\g<1>{_REDACTED}\g<2>", text)
         return text
+
+    def describe(self, error: BaseException) -> str:
+        """A short, redacted account of an object-store failure for a message: the exception's type, the S3
+        error code and message when the server sent them, and the start of the library's text."""
+        text = self.redact(str(error))
+        head = " ".join(text.split("<?xml", 1)[0].split())[:_ERROR_HEAD]
+        code, message = (re.search(rf"<{tag}>([^<]*)</{tag}>", text) for tag in ("Code", "Message"))
+        server = f"{code.group(1)}: {message.group(1) if message else ''} — " if code else ""
+        return f"{type(error).__name__}: {server}{head}"
 
 
 def load_s3_settings(**overrides: Any) -> S3Settings:

@@ -2,8 +2,13 @@
 
 LanceDB is the durable store (columns ``task, key, text, answer, vector, created_at``); lookups are answered from
 an in-process matrix per task, loaded from the table on first use and kept in step with every write. Before each
-operation the table's version is checked (read consistency 0, ~0.25 ms): a write by another process drops the
-in-process matrices, which then reload — so results are exact and current across processes.
+operation the table's version is checked (read consistency 0, ~0.25 ms locally, one listing request on object
+storage): a write by another process drops the in-process matrices, which then reload — so results are exact and
+current across processes.
+
+The store is a local folder or an ``s3://bucket/prefix`` string (LanceDB's own object-store support; endpoint,
+keys and region from ``GIL_S3_*``, see ``gil_core.storage``). On S3, LanceDB commits a new table version with a
+put-if-absent of its manifest, so concurrent writers stay safe where the server honours ``If-None-Match``.
 
 Never fork a process after it used LanceDB (hangs, lost writes): use spawn/forkserver or separate processes.
 """
@@ -29,6 +34,7 @@ from gil_core.llm.ports import EmbeddingModel
 from gil_core.memory._rules import check_k, check_threshold, latest_per_key
 from gil_core.memory._vectors import TaskVectors
 from gil_core.memory.ports import MemoryEntry, Recall
+from gil_core.storage import S3Settings, load_s3_settings, location
 
 if TYPE_CHECKING:
     from lancedb import AsyncConnection
@@ -73,7 +79,8 @@ class _QueryVectors:
 
 
 class LanceDBMemory:
-    """``Memory`` in the LanceDB table ``table`` under ``path``, embedding texts with ``embedder``.
+    """``Memory`` in the LanceDB table ``table`` under ``path`` (a folder, or an ``s3://bucket/prefix`` string;
+    ``s3`` overrides the ``GIL_S3_*`` settings), embedding texts with ``embedder``.
 
     Similarity is the exact float64 cosine of the float32 vectors as stored (the query rounded the same way), so
     a process that reopens the table computes the same bits. Insertion order is ``created_at`` (microseconds,
@@ -82,10 +89,17 @@ class LanceDBMemory:
     """
 
     def __init__(
-        self, path: str | Path, embedder: EmbeddingModel, *, table: str = "memory", query_cache_size: int = 256
+        self,
+        path: str | Path,
+        embedder: EmbeddingModel,
+        *,
+        table: str = "memory",
+        query_cache_size: int = 256,
+        s3: S3Settings | None = None,
     ) -> None:
         os.environ.setdefault("LANCE_LOG", "error")  # LanceDB's Rust warnings would otherwise reach stderr
-        self._path = Path(path)
+        self._path = location(path)
+        self._s3 = (s3 if s3 is not None else load_s3_settings()) if isinstance(self._path, str) else None
         self._embedder = embedder
         self._table_name = table
         self._connection: AsyncConnection | None = None
@@ -251,7 +265,11 @@ class LanceDBMemory:
         with self._store_errors(task, "open the table"):
             if self._connection is None:
                 # Read consistency 0: every read sees other processes' commits (the version check relies on it).
-                self._connection = await lancedb.connect_async(self._path, read_consistency_interval=timedelta(0))
+                self._connection = await lancedb.connect_async(
+                    self._path,
+                    read_consistency_interval=timedelta(0),
+                    storage_options=self._s3.lancedb_options() if self._s3 is not None else None,
+                )
             if await _has_table(self._connection, self._table_name):
                 table = await self._connection.open_table(self._table_name)
             elif create_dimensions is None:
@@ -290,14 +308,21 @@ class LanceDBMemory:
 
     @contextmanager
     def _store_errors(self, task: str, what: str) -> Iterator[None]:
-        """Translate a LanceDB failure into ``MemoryUnavailableError`` naming the task and the operation."""
+        """Translate a LanceDB failure into ``MemoryUnavailableError`` naming the task and the operation.
+
+        On object storage the text is redacted and the library's exception is not shown as the cause (a
+        server's error body can echo a key).
+        """
         try:
             yield
         except GilError:
             raise
         except Exception as exc:
-            reason = f"the LanceDB store at {str(self._path)!r} failed to {what} ({type(exc).__name__}: {exc})"
-            raise MemoryUnavailableError(reason, task=task) from exc
+            if self._s3 is None:
+                reason = f"the LanceDB store at {str(self._path)!r} failed to {what} ({type(exc).__name__}: {exc})"
+                raise MemoryUnavailableError(reason, task=task) from exc
+            reason = f"the LanceDB store at {self._path!r} failed to {what} ({self._s3.describe(exc)})"
+            raise MemoryUnavailableError(reason, task=task) from None
 
     # -- embedding -----------------------------------------------------------------------------------------
 

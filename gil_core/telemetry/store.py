@@ -76,7 +76,6 @@ _COMPACTED_SUFFIX = ".compacted.parquet"
 _REPLACES = "gil.replaces"
 _SEQ_RANGE = "gil.seq_range"
 _READ_ATTEMPTS = 20
-_ERROR_TEXT = 400  # characters of an object-store error kept in a message
 _T = TypeVar("_T")
 
 
@@ -223,7 +222,7 @@ class TelemetryStore:
         except GilError:
             raise
         except Exception as exc:
-            reason = " ".join(self._s3.redact(f"{type(exc).__name__}: {exc}").split())[:_ERROR_TEXT]
+            reason = self._s3.describe(exc)
         # Raised outside the handler, so no chained exception carries the library's unredacted text.
         raise TelemetryError(f"table {table!r} at {self._location}: could not {what} ({reason})")
 

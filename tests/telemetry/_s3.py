@@ -1,0 +1,88 @@
+"""What the object-storage tests share: moto's S3 server on loopback, a fresh bucket per test, settings that
+reach it, and a switch that makes the server check keys."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from moto.server import ThreadedMotoServer
+
+from gil_core.storage import S3Settings, load_s3_settings
+
+# Distinctive values, so a test can search any text for them.
+ACCESS_KEY_ID = "AKIAGILTESTKEY7Q3ZX9"
+SECRET_ACCESS_KEY = "gil-test-secret-Xq7pW2vR9tLm4Kz8"
+
+
+@contextmanager
+def s3_server() -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1 and a free port, in this process; yields its endpoint URL."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def serve_s3() -> Iterator[str]:
+    """The body of a module-scoped fixture: ``s3_endpoint = pytest.fixture(scope="module")(serve_s3)``."""
+    with s3_server() as url:
+        yield url
+
+
+def settings_for(s3_endpoint: str) -> S3Settings:
+    """The body of a fixture over ``s3_endpoint``: ``s3 = pytest.fixture(settings_for)``."""
+    return s3_settings(s3_endpoint)
+
+
+def s3_settings(endpoint: str, **overrides: Any) -> S3Settings:
+    values: dict[str, Any] = {
+        "endpoint": endpoint,
+        "access_key_id": ACCESS_KEY_ID,
+        "secret_access_key": SECRET_ACCESS_KEY,
+        "region": "us-east-1",
+        "allow_http": True,
+    }
+    return load_s3_settings(**(values | overrides))
+
+
+def new_bucket(endpoint: str) -> str:
+    """Create a bucket with a fresh name (tests share the server's state) and return the name."""
+    from pyarrow import fs
+
+    name = f"gil-{secrets.token_hex(6)}"
+    host = endpoint.removeprefix("http://")
+    creator = fs.S3FileSystem(
+        access_key="creator", secret_key="creator", endpoint_override=host, scheme="http", region="us-east-1",
+        allow_bucket_creation=True,
+    )  # fmt: skip
+    creator.create_dir(name)
+    return name
+
+
+def objects(settings: S3Settings, bucket: str, prefix: str) -> list[str]:
+    """Every object under ``bucket/prefix``, as paths relative to it."""
+    from pyarrow import fs
+
+    found = settings.filesystem(bucket).get_file_info(fs.FileSelector(f"{bucket}/{prefix}", recursive=True))
+    return sorted(info.path.removeprefix(f"{bucket}/{prefix}/") for info in found if info.type == fs.FileType.File)
+
+
+@contextmanager
+def keys_checked() -> Iterator[None]:
+    """From now on the server refuses a request whose key it does not know (moto knows none); restored after."""
+    from moto import settings
+    from moto.core.authorization import ActionAuthenticatorMixin
+
+    before = settings.INITIAL_NO_AUTH_ACTION_COUNT
+    settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
+    ActionAuthenticatorMixin.request_count = 0
+    try:
+        yield
+    finally:
+        settings.INITIAL_NO_AUTH_ACTION_COUNT = before
