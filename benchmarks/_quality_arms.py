@@ -14,6 +14,7 @@ from typing import Any
 
 from benchmarks._quality_streams import Request, Stream
 from gil_core.llm import ChatModel
+from gil_core.maintenance import compact_store
 from gil_core.runtime import Runtime, open_runtime
 from gil_core.taskfile import load_task_file, with_overrides
 from gil_core.tasks import TaskDefinition
@@ -106,6 +107,9 @@ async def run_arms(
     runs = []
     async with open_runtime(task_file, chat=chat) as runtime:
         for arm in arms:
+            # A maintained store (the hourly compaction flow) rather than one file per append: reading the
+            # feedback history for shadows would otherwise slow each later arm by the files earlier ones left.
+            compact_store(runtime.store)
             task = arm_task(task_file.task, stream, arm)
             run = ArmRun(stream.name, arm, task.name)
             for position, request in enumerate(repeating if arm.repeating else requests):
