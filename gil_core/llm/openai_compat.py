@@ -31,6 +31,7 @@ from gil_core.errors import (
     ModelUnavailableError,
     RateLimitedError,
 )
+from gil_core.llm.options import current_call_options
 from gil_core.llm.ports import Completion, Embeddings, Message, ServerTimings, TokenLogprob, Usage
 
 __all__ = ["OpenAICompatibleChatModel", "OpenAICompatibleEmbeddingModel"]
@@ -198,9 +199,7 @@ class _OpenAICompatibleClient:
         try:
             data = response.json()
         except ValueError as exc:
-            raise self._error(
-                BadResponseError, url, f"reply is not JSON: {response.text[:_MAX_QUOTED_BODY]!r}"
-            ) from exc
+            raise self._error(BadResponseError, url, f"reply is not JSON: {_quote_body(response.text)}") from exc
         if not isinstance(data, dict):
             raise self._error(BadResponseError, url, f"reply is JSON but not an object: {type(data).__name__}")
         return data, latency_ms
@@ -230,6 +229,14 @@ class _OpenAICompatibleClient:
         _log.debug("attempt %d failed (%s); retrying in %.2f s", state.attempt_number, error, wait)
 
 
+def _quote_body(text: str) -> str:
+    """The start of a reply body for an error message; withheld for a do-not-record call, since a server may
+    quote the request back (error messages end up in traces, logs and result files)."""
+    if current_call_options().do_not_record:
+        return f"({len(text)} characters, not quoted: the call is not to be recorded)"
+    return repr(text[:_MAX_QUOTED_BODY])
+
+
 def _quote_error_body(response: httpx.Response) -> str:
     """The server's own error message when it sent the OpenAI error shape, else the start of the body."""
     text = response.text
@@ -242,7 +249,7 @@ def _quote_error_body(response: httpx.Response) -> str:
         message = error.get("message") if isinstance(error, dict) else error
         if isinstance(message, str):
             text = message
-    return repr(text[:_MAX_QUOTED_BODY])
+    return _quote_body(text)
 
 
 class _ReplyReader:

@@ -15,9 +15,11 @@ import httpx
 import polars as pl
 import pyarrow.parquet as pq
 
-from gil_core.batch import Ticket, ticket_trace_id
+from gil_core.batch import Ticket, resolve_batch, ticket_trace_id
 from gil_core.memory import Memory, plan_memory
 from gil_core.resolver import Resolver
+from gil_core.runtime import open_runtime
+from gil_core.taskfile import load_task_file
 from gil_core.telemetry import TelemetryStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,3 +92,33 @@ def spawn_child(*args: str) -> subprocess.Popen[str]:
 def gil_command(*args: str) -> list[str]:
     """The ``gil`` command line run in a child process (what the console script runs)."""
     return [sys.executable, "-m", "flows.cli", *args]
+
+
+async def resolve_tickets(task_file: Path, tickets: Sequence[Ticket]) -> list[str]:
+    """Resolve ``tickets`` in this process through the task file's runtime; their trace ids in ticket order."""
+    loaded = load_task_file(task_file)
+    async with open_runtime(loaded) as runtime:
+        report = await resolve_batch(runtime.resolver, loaded.task, tickets)
+    assert report.resolved == len(tickets)
+    return [report.trace_ids[ticket.id] for ticket in tickets]
+
+
+def verdicts_for(trace_ids: list[str]) -> list[dict[str, object]]:
+    """Every other ticket confirmed; the rest corrected, each with its own answer."""
+    return [
+        {"trace_id": trace_id, "correct": True}
+        if index % 2 == 0
+        else {"trace_id": trace_id, "correct": False, "correction": f"Answer number {index}."}
+        for index, trace_id in enumerate(trace_ids)
+    ]
+
+
+def given_verdicts(store: TelemetryStore) -> dict[str, tuple[str, str | None]]:
+    rows = store.read("traces").filter(pl.col("feedback_verdict").is_not_null())
+    return {
+        row["trace_id"]: (row["feedback_verdict"], row["feedback_correction"]) for row in rows.iter_rows(named=True)
+    }
+
+
+def expected_verdict(verdict: dict[str, object]) -> tuple[str, str | None]:
+    return ("correct", None) if verdict["correct"] else ("wrong", str(verdict["correction"]))

@@ -14,26 +14,26 @@ import signal
 import time
 from pathlib import Path
 
-import polars as pl
 import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from gil_core.batch import resolve_batch
 from gil_core.maintenance import compact_store
 from gil_core.memory import LanceDBMemory
 from gil_core.resolver import Resolver
-from gil_core.runtime import open_runtime
-from gil_core.taskfile import load_task_file
 from gil_core.telemetry import CallRecord, TelemetryStore, TraceRecord, utc_now
 from gil_core.testing import HashEmbeddingModel, ScriptedChatModel
 from tests.flows._support import write_task_file
 from tests.reliability._support import (
     check_one_trace_per_ticket,
     every_parquet_file_reads,
+    expected_verdict,
+    given_verdicts,
     make_tickets,
     memory_matches_history,
+    resolve_tickets,
     spawn_child,
+    verdicts_for,
     write_jsonl,
 )
 from tests.resolver._support import Script, support_server
@@ -43,36 +43,6 @@ pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 TICKETS = 16
 runner = CliRunner()
-
-
-async def resolve_tickets(task_file: Path) -> list[str]:
-    """Resolve TICKETS tickets in this process; their trace ids in ticket order."""
-    loaded = load_task_file(task_file)
-    async with open_runtime(loaded) as runtime:
-        report = await resolve_batch(runtime.resolver, loaded.task, make_tickets(TICKETS))
-    assert report.resolved == TICKETS
-    return [report.trace_ids[ticket.id] for ticket in make_tickets(TICKETS)]
-
-
-def verdicts_for(trace_ids: list[str]) -> list[dict[str, object]]:
-    """Every other ticket confirmed; the rest corrected, each with its own answer."""
-    return [
-        {"trace_id": trace_id, "correct": True}
-        if index % 2 == 0
-        else {"trace_id": trace_id, "correct": False, "correction": f"Answer number {index}."}
-        for index, trace_id in enumerate(trace_ids)
-    ]
-
-
-def given_verdicts(store: TelemetryStore) -> dict[str, tuple[str, str | None]]:
-    rows = store.read("traces").filter(pl.col("feedback_verdict").is_not_null())
-    return {
-        row["trace_id"]: (row["feedback_verdict"], row["feedback_correction"]) for row in rows.iter_rows(named=True)
-    }
-
-
-def expected_verdict(verdict: dict[str, object]) -> tuple[str, str | None]:
-    return ("correct", None) if verdict["correct"] else ("wrong", str(verdict["correction"]))
 
 
 def check_after_rerun(tmp_path: Path, task_file: Path, verdicts: list[dict[str, object]]) -> None:
@@ -94,7 +64,7 @@ def check_after_rerun(tmp_path: Path, task_file: Path, verdicts: list[dict[str, 
 def test_apply_feedback_killed_midway_then_rerun_keeps_every_acknowledged_verdict(tmp_path: Path) -> None:
     with support_server({}, default=Script(answers=["None of these"])) as server:
         task_file = write_task_file(tmp_path, server.base_url)
-        trace_ids = asyncio.run(resolve_tickets(task_file))
+        trace_ids = asyncio.run(resolve_tickets(task_file, make_tickets(TICKETS)))
     verdicts = verdicts_for(trace_ids)
     verdicts_path = write_jsonl(tmp_path / "verdicts.jsonl", verdicts)
 
@@ -126,7 +96,7 @@ def test_apply_feedback_killed_while_memory_learns_then_rerun_makes_memory_agree
     embedding endpoint, and the rerun must still leave memory holding what the history confirms."""
     with support_server({}, default=Script(answers=["None of these"])) as server:
         task_file = write_task_file(tmp_path, server.base_url, embedding_model={"url": server.base_url, "name": "e"})
-        trace_ids = asyncio.run(resolve_tickets(task_file))
+        trace_ids = asyncio.run(resolve_tickets(task_file, make_tickets(TICKETS)))
         verdicts = verdicts_for(trace_ids)
         verdicts_path = write_jsonl(tmp_path / "verdicts.jsonl", verdicts)
         server.enqueue_failure("hang")  # the first embedding request (memory learning verdict 1) never answers

@@ -19,9 +19,11 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from gil_core.batch import Verdict, apply_verdicts, resolve_batch
+from gil_core.client import InProcessRequestCache
 from gil_core.llm import OpenAICompatibleChatModel
 from gil_core.memory import LanceDBMemory
 from gil_core.resolver import Resolver
+from gil_core.settings import ClientParts
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import FailureKind, HashEmbeddingModel, ScriptedOpenAIServer, ScriptedReply
 from tests.flows._support import write_task_file
@@ -69,9 +71,11 @@ async def run_batch(
     prefix: str = "t",
     counter: AttemptCounter | None = None,
     max_retry_wait: float = 0.05,
+    cache: InProcessRequestCache | None = None,
 ) -> tuple[Resolver, LanceDBMemory, Any]:
-    """Resolve TICKETS tickets against ``server`` through the real adapter, with LanceDB memory, under ``root``.
-    Retry waits are capped at ``max_retry_wait`` seconds (Retry-After included) to keep the tests short."""
+    """Resolve TICKETS tickets against ``server`` through the real adapter, with LanceDB memory (and ``cache`` as
+    the request cache), under ``root``. Retry waits are capped at ``max_retry_wait`` seconds (Retry-After
+    included) to keep the tests short."""
     hooks = {"request": [counter]} if counter is not None else {}
     async with (
         httpx.AsyncClient(event_hooks=hooks) as client,
@@ -80,7 +84,8 @@ async def run_batch(
         ) as chat,
     ):
         memory = LanceDBMemory(root / "memory", HashEmbeddingModel())
-        resolver = Resolver(chat, TelemetryStore(root / "store"), memory=memory)
+        client = ClientParts(cache=cache) if cache is not None else None
+        resolver = Resolver(chat, TelemetryStore(root / "store"), memory=memory, client=client)
         report = await resolve_batch(resolver, support_task(), make_tickets(TICKETS, prefix=prefix), concurrency=2)
     return resolver, memory, report
 
@@ -103,8 +108,8 @@ async def test_a_model_outage_leaves_one_trace_per_ticket_with_its_reason_and_bo
         else:
             for _ in range(calls):
                 server.enqueue_failure(outage.kind, retry_after=0.01 if outage.kind == "429" else None)
-        counter = AttemptCounter()
-        resolver, memory, report = await run_batch(server, tmp_path, counter=counter)
+        counter, cache = AttemptCounter(), InProcessRequestCache()
+        resolver, memory, report = await run_batch(server, tmp_path, counter=counter, cache=cache)
         assert server.pending == 0
 
     assert (report.resolved, report.failed) == (TICKETS, [])  # nothing escaped: each failure is in its trace
@@ -116,9 +121,11 @@ async def test_a_model_outage_leaves_one_trace_per_ticket_with_its_reason_and_bo
 
     await approve_everything(resolver, traces["trace_id"].to_list())
     assert await memory.entries("support") == []  # an error is never remembered as an answer
+    assert cache.stats().entries == 0  # nor cached
 
+    # The same requests once the server is back, with the same cache and memory: real answers, nothing replayed.
     with support_server({}, default=Script(route=["billing", "refund status"])) as healthy:
-        again, _, _ = await run_batch(healthy, tmp_path, prefix="again-")
+        again, _, _ = await run_batch(healthy, tmp_path, prefix="again-", cache=cache)
     rerun = check_one_trace_per_ticket(
         again.store, "support", make_tickets(TICKETS) + make_tickets(TICKETS, prefix="again-")
     )
@@ -132,21 +139,26 @@ def label_outside_the_scheme(body: Mapping[str, Any]) -> ScriptedReply:
     return ScriptedReply("None of these")
 
 
-REPLIES: dict[str, tuple[Callable[[Mapping[str, Any]], ScriptedReply], int]] = {
-    # what every reply is, and how many requests one ticket makes
-    "no logprobs": (lambda body: ScriptedReply("A", omit_logprobs=True), 1 + GENERATION_ATTEMPTS),
-    "empty content": (lambda body: ScriptedReply(""), 1 + GENERATION_ATTEMPTS),
-    "truncated": (lambda body: ScriptedReply("The answer is", finish_reason="length"), 1 + GENERATION_ATTEMPTS),
-    "refusal": (lambda body: ScriptedReply("I'm sorry, but I can't help with that."), 1 + GENERATION_ATTEMPTS),
-    "label outside the scheme": (label_outside_the_scheme, 2),
+REPLIES: dict[str, tuple[Callable[[Mapping[str, Any]], ScriptedReply], int, int]] = {
+    # what every reply is, how many requests one ticket makes, and how many replies the request cache keeps
+    "no logprobs": (lambda body: ScriptedReply("A", omit_logprobs=True), 1 + GENERATION_ATTEMPTS, 0),
+    "empty content": (lambda body: ScriptedReply(""), 1 + GENERATION_ATTEMPTS, 0),
+    "truncated": (lambda body: ScriptedReply("The answer is", finish_reason="length"), 1 + GENERATION_ATTEMPTS, 0),
+    # A judge reply is kept like any judgment (replayed, it reads as the same untrusted exit); the generation
+    # refusals break the tree contract, so none of them is kept.
+    "refusal": (lambda body: ScriptedReply("I'm sorry, but I can't help with that."), 1 + GENERATION_ATTEMPTS, TICKETS),
+    "label outside the scheme": (label_outside_the_scheme, 2, 2 * TICKETS),  # each judgment and "None of these"
 }
 
 
 @pytest.mark.parametrize("kind", list(REPLIES))
 async def test_a_bad_reply_on_every_request_is_traced_and_never_remembered(kind: str, tmp_path: Path) -> None:
-    responder, requests_per_ticket = REPLIES[kind]
+    """The judge never chooses a label it did not show; no bad reply becomes a remembered answer; the request
+    cache keeps only replies that keep their contract (see REPLIES for what it keeps)."""
+    responder, requests_per_ticket, cached = REPLIES[kind]
+    cache = InProcessRequestCache()
     with ScriptedOpenAIServer(responder=responder) as server:
-        resolver, memory, report = await run_batch(server, tmp_path)
+        resolver, memory, report = await run_batch(server, tmp_path, cache=cache)
         assert len(server.requests) == TICKETS * requests_per_ticket
 
     assert (report.resolved, report.failed) == (TICKETS, [])
@@ -164,6 +176,7 @@ async def test_a_bad_reply_on_every_request_is_traced_and_never_remembered(kind:
     await approve_everything(resolver, traces["trace_id"].to_list())
     remembered = {entry.answer for entry in await memory.entries("support")}
     assert remembered <= VALID_ANSWERS  # what was remembered is a tree answer, never the bad reply
+    assert cache.stats().entries == cached
 
 
 async def test_retry_after_is_waited_out_before_the_request_is_sent_again(tmp_path: Path) -> None:

@@ -53,9 +53,8 @@ def replies(draw: st.DrawFn, scheme: LabelScheme) -> list[tuple[str, float | Non
     tokens = draw(st.lists(st.sampled_from(pool), unique=True, max_size=20))
     weights = [draw(st.floats(0.0, 1.0) | st.just(0.0)) for _ in tokens]
     total = sum(weights) + draw(st.floats(0.0, 1.0))  # the rest of the mass goes to tokens not listed
-    return [
-        (token, math.log(weight / total) if weight > 0 else None) for token, weight in zip(tokens, weights, strict=True)
-    ]
+    shares = [weight / total if total > 0 else 0.0 for weight in weights]
+    return [(token, math.log(share) if share > 0 else None) for token, share in zip(tokens, shares, strict=True)]
 
 
 @settings(max_examples=150, deadline=None)
