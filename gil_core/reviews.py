@@ -1,12 +1,17 @@
 """Review rounds as a person sees them: a list of items to accept or reject, and what a decision does.
 
-A round (promotion, deactivation, differentiation) reads the log and writes its list as YAML; ``decide`` records
-a decision in the review log and, for an accepted promotion or retirement, rewrites the tree file.
+A round (promotion, deactivation, differentiation) reads the log and writes its list as YAML. ``decide`` records
+one decision in the review log and, for an accepted promotion or retirement, rewrites the tree file in place (the
+``gil review decide`` command). ``apply_decisions`` takes a whole round's decisions at once (the form of a paused
+Prefect round): it records them all, writes what was accepted into a new version of the tree file beside the old
+one, and records the promotion round at the index its proposals were computed at.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +27,13 @@ from gil_core.habits.differentiation import DifferentiationPolicy, prepare_diffe
 from gil_core.habits.promotion import (
     PromotionLog,
     PromotionPolicy,
+    Proposal,
     prepare_promotion_round,
     review_promotions,
 )
-from gil_core.habits.review_log import Decision, ReviewKind, ReviewLog
+from gil_core.habits.review_log import Decision, ReviewDecision, ReviewKind, ReviewLog
 from gil_core.llm import EmbeddingModel
-from gil_core.ontology import Tree, write_tree
+from gil_core.ontology import Tree, dump_tree, write_tree
 from gil_core.tasks import TaskDefinition
 from gil_core.telemetry import TelemetryStore
 
@@ -36,11 +42,15 @@ __all__ = [
     "DEFAULT_DIFFERENTIATION",
     "DEFAULT_PROMOTION",
     "DEFAULT_WEIGHTS",
+    "AppliedDecisions",
+    "ItemDecision",
     "ReviewList",
+    "apply_decisions",
     "deactivation_review",
     "decide",
     "differentiation_review",
     "promotion_review",
+    "write_tree_version",
 ]
 
 DEFAULT_PROMOTION = PromotionPolicy(min_support=3, from_corrections=False)
@@ -53,16 +63,31 @@ DEFAULT_DIFFERENTIATION = DifferentiationPolicy(headroom=2, min_support=3, simil
 
 @dataclass(frozen=True)
 class ReviewList:
-    """What a round proposes: one mapping per item, each with an ``id`` a decision names."""
+    """What a round proposes: one mapping per item, each with an ``id`` a decision names. A promotion round also
+    says at which trace index (how many requests of the task) its proposals were computed."""
 
     kind: ReviewKind
     task: str
     items: list[dict[str, Any]]
+    at_index: int | None = None
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(
-            {"kind": self.kind.value, "task": self.task, "items": self.items}, sort_keys=False, allow_unicode=True
-        )
+        data: dict[str, Any] = {"kind": self.kind.value, "task": self.task}
+        if self.at_index is not None:
+            data["at_index"] = self.at_index
+        return yaml.safe_dump({**data, "items": self.items}, sort_keys=False, allow_unicode=True)
+
+    def describe(self, item: dict[str, Any]) -> str:
+        """One line saying what accepting ``item`` would do, for a form or a table."""
+        if self.kind is ReviewKind.PROMOTION:
+            return (
+                f"make “{_shortened(item['text'])}” a habit of {item['anchor']} (confirmed {item['support']}×, "
+                f"net saving {item['net_saving']:.3g} per round of requests)"
+            )
+        if self.kind is ReviewKind.DEACTIVATION:
+            return f"retire habit {item['id']} of {item['anchor']} ({item['reason']}, reliability {item['score']:.2f})"
+        details = ", ".join(f"{key} {value}" for key, value in item.items() if key not in ("id", "signal"))
+        return f"{item['signal']}: {_shortened(details, 120)}"
 
     def write(self, path: str | Path) -> Path:
         path = Path(path)
@@ -80,7 +105,7 @@ def promotion_review(
         {**asdict(proposal), "sources": list(proposal.sources), "net_saving": proposal.net_saving}
         for proposal in round_.proposals.proposals
     ]
-    return ReviewList(ReviewKind.PROMOTION, task.name, items)
+    return ReviewList(ReviewKind.PROMOTION, task.name, items, at_index=round_.at_index)
 
 
 def deactivation_review(
@@ -121,6 +146,64 @@ def _plain(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class ItemDecision:
+    """A person's decision on one item of a review list; ``note`` says why (kept in the review log)."""
+
+    item_id: str
+    decision: Decision
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class AppliedDecisions:
+    """What a round's decisions did: the entries recorded in the review log, the new tree and the file it was
+    written to (None when nothing accepted changes the tree), the accepted items the tree could not take (item id
+    → why; they are recorded as deferred, so the next round asks again), and the promotion round's index."""
+
+    recorded: list[ReviewDecision]
+    tree: Tree | None = None
+    tree_file: Path | None = None
+    refused: dict[str, str] = field(default_factory=dict)
+    at_index: int | None = None
+
+
+@dataclass(frozen=True)
+class _Change:
+    tree: Tree | None
+    promoted: tuple[Proposal, ...]
+    refused: dict[str, str]
+    at_index: int | None
+
+
+def _accepted_change(
+    store: TelemetryStore, task: TaskDefinition, kind: ReviewKind, accepted: Sequence[str], at_index: int | None
+) -> _Change:
+    """The tree with ``accepted`` items applied (None: unchanged), what was promoted, and what was refused."""
+    if kind is ReviewKind.PROMOTION and accepted:
+        round_ = prepare_promotion_round(
+            store, task.name, task.tree, DEFAULT_PROMOTION, none_text=task.language.none_of_these, at_index=at_index
+        )
+        proposals = {proposal.id: proposal for proposal in round_.proposals.proposals}
+        refused = {
+            item: f"no promotion proposal {item!r} in the round at index {round_.at_index}"
+            for item in accepted
+            if item not in proposals
+        }
+        review = review_promotions(task.tree, [proposals[item] for item in accepted if item in proposals])
+        refused |= {p.proposal.id: f"proposal {p.proposal.id!r} refused ({p.reason.value})" for p in review.refused}
+        return _Change(review.tree if review.applied else None, review.applied, refused, round_.at_index)
+    if kind is ReviewKind.DEACTIVATION and accepted:
+        tree, refused = task.tree, {}
+        for item in accepted:
+            if tree.has_option(item):
+                tree = _without_option(tree, item)
+            else:
+                refused[item] = f"the tree has no habit {item!r} to retire"
+        return _Change(tree if tree is not task.tree else None, (), refused, at_index)
+    return _Change(None, (), {}, at_index)
+
+
 def decide(
     store: TelemetryStore,
     task: TaskDefinition,
@@ -132,29 +215,77 @@ def decide(
     """Record a decision. An accepted promotion adds the habit to the tree file, an accepted retirement removes
     the habit from it; both return the new tree (written to ``task.tree.source``). Others return None."""
     kind, decision = ReviewKind(kind), Decision(decision)
-    new_tree: Tree | None = None
-    if decision is Decision.ACCEPTED and kind is ReviewKind.PROMOTION:
-        round_ = prepare_promotion_round(
-            store, task.name, task.tree, DEFAULT_PROMOTION, none_text=task.language.none_of_these
-        )
-        chosen = [p for p in round_.proposals.proposals if p.id == item_id]
-        if not chosen:
-            raise ConfigurationError(f"task {task.name!r}: no promotion proposal {item_id!r} in the current round")
-        review = review_promotions(task.tree, chosen)
-        if review.refused:
-            raise ConfigurationError(f"{item_id}: refused ({review.refused[0].reason.value})")
-        PromotionLog(store).record(
-            task.name, store.read("traces").filter(store.read("traces")["task"] == task.name).height, chosen
-        )
-        new_tree = review.tree
-    elif decision is Decision.ACCEPTED and kind is ReviewKind.DEACTIVATION:
-        if not task.tree.has_option(item_id):
-            raise ConfigurationError(f"task {task.name!r}: the tree has no habit {item_id!r} to retire")
-        new_tree = _without_option(task.tree, item_id)
+    accepted = [item_id] if decision is Decision.ACCEPTED else []
+    change = _accepted_change(store, task, kind, accepted, None)
+    if item_id in change.refused:
+        raise ConfigurationError(f"task {task.name!r}: {change.refused[item_id]}")
+    if change.promoted and change.at_index is not None:
+        PromotionLog(store).record(task.name, change.at_index, change.promoted)
     ReviewLog(store).record(task.name, kind, item_id, decision, note)
-    if new_tree is not None and task.tree.source:
-        write_tree(new_tree, task.tree.source)
-    return new_tree
+    if change.tree is not None and task.tree.source:
+        write_tree(change.tree, task.tree.source)
+    return change.tree
+
+
+def apply_decisions(
+    store: TelemetryStore, task: TaskDefinition, review: ReviewList, decisions: Sequence[ItemDecision]
+) -> AppliedDecisions:
+    """Apply a round's decisions at once, each naming an item of ``review``.
+
+    What was accepted goes into a new version of the tree file, written beside ``task.tree.source`` (never over
+    it: the task file keeps naming the old one until a person switches it). A promotion round is recorded at
+    ``review.at_index`` with what it promoted, and its proposals are recomputed at that index, so they are the
+    ones the person saw. Every decision goes into the review log in one write; an accepted item the tree cannot
+    take is recorded as deferred, with the reason. An item id that is not in ``review`` raises
+    ``ConfigurationError`` before anything is written.
+    """
+    known = {str(item["id"]) for item in review.items}
+    seen: set[str] = set()
+    for entry in decisions:
+        if entry.item_id not in known:
+            raise ConfigurationError(f"task {task.name!r}: {review.kind.value} review has no item {entry.item_id!r}")
+        if entry.item_id in seen:
+            raise ConfigurationError(f"task {task.name!r}: item {entry.item_id!r} is decided twice")
+        seen.add(entry.item_id)
+    accepted = [entry.item_id for entry in decisions if entry.decision is Decision.ACCEPTED]
+    change = _accepted_change(store, task, review.kind, accepted, review.at_index)
+    tree_file = write_tree_version(change.tree, task.tree.source) if change.tree and task.tree.source else None
+    if review.kind is ReviewKind.PROMOTION and review.at_index is not None and decisions:
+        PromotionLog(store).record(task.name, review.at_index, change.promoted)
+    rows = [
+        (entry.item_id, Decision.DEFERRED, f"accepted, not applied: {change.refused[entry.item_id]}")
+        if entry.item_id in change.refused
+        else (entry.item_id, entry.decision, entry.note)
+        for entry in decisions
+    ]
+    recorded = ReviewLog(store).record_all(task.name, review.kind, rows)
+    return AppliedDecisions(recorded, change.tree, tree_file, change.refused, review.at_index)
+
+
+_VERSION = re.compile(r"^(?P<stem>.+)\.v(?P<number>\d+)$")
+
+
+def write_tree_version(tree: Tree, source: str | Path) -> Path:
+    """Write ``tree`` (compact YAML, so it diffs cleanly against ``source``) as the next version beside
+    ``source``: ``support.yaml`` → ``support.v2.yaml`` → ``support.v3.yaml``; an existing file is never
+    overwritten."""
+    source = Path(source)
+    match = _VERSION.match(source.stem)
+    stem, number = (match["stem"], int(match["number"])) if match else (source.stem, 1)
+    text = dump_tree(tree)
+    while True:
+        number += 1
+        path = source.with_name(f"{stem}.v{number}{source.suffix}")
+        try:
+            with path.open("x", encoding="utf-8") as handle:
+                handle.write(text)
+            return path
+        except FileExistsError:
+            continue
+
+
+def _shortened(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _without_option(tree: Tree, option_id: str) -> Tree:

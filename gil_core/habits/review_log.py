@@ -8,6 +8,7 @@ overwritten, and the latest decision per item is the one that counts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -76,24 +77,44 @@ class ReviewLog:
         reviewed_at: datetime | None = None,
     ) -> ReviewDecision:
         """Append a decision (durable on return). An unknown ``kind`` or ``decision`` raises ``ConfigurationError``."""
-        entry = ReviewDecision(
-            task=task,
-            kind=_member(ReviewKind, kind),
-            item_id=item_id,
-            decision=_member(Decision, decision),
-            note=note,
-            reviewed_at=reviewed_at or utc_now(),
-        )
-        row = {
-            "task": entry.task,
-            "reviewed_at": entry.reviewed_at,
-            "kind": entry.kind.value,
-            "item_id": entry.item_id,
-            "decision": entry.decision.value,
-            "note": entry.note,
-        }
-        self._store.append("reviews", [row])
-        return entry
+        return self.record_all(task, kind, [(item_id, decision, note)], reviewed_at=reviewed_at)[0]
+
+    def record_all(
+        self,
+        task: str,
+        kind: ReviewKind | str,
+        decisions: Sequence[tuple[str, Decision | str, str | None]],
+        *,
+        reviewed_at: datetime | None = None,
+    ) -> list[ReviewDecision]:
+        """Append the decisions of one review, ``(item_id, decision, note)`` each, in one write: after a crash
+        either all of them are in the log or none is. Unknown kinds or decisions raise before anything is written."""
+        when = reviewed_at or utc_now()
+        entries = [
+            ReviewDecision(
+                task=task,
+                kind=_member(ReviewKind, kind),
+                item_id=item_id,
+                decision=_member(Decision, decision),
+                note=note,
+                reviewed_at=when,
+            )
+            for item_id, decision, note in decisions
+        ]
+        rows = [
+            {
+                "task": entry.task,
+                "reviewed_at": entry.reviewed_at,
+                "kind": entry.kind.value,
+                "item_id": entry.item_id,
+                "decision": entry.decision.value,
+                "note": entry.note,
+            }
+            for entry in entries
+        ]
+        if rows:
+            self._store.append("reviews", rows)
+        return entries
 
     def decisions(self, task: str, kind: ReviewKind | str | None = None) -> dict[str, ReviewDecision]:
         """The latest decision per item (by ``reviewed_at``; equal times: the one written last), items in the

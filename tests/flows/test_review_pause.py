@@ -1,0 +1,172 @@
+"""A promotion round that waits for decisions: it pauses with a form, is resumed through the Prefect client with
+input (as the UI does), records the decisions, writes the accepted habit into a new tree file and the round."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from flows.cli import app
+from gil_core.habits.promotion import PromotionLog
+from gil_core.habits.review_log import Decision, ReviewLog
+from gil_core.ontology import load_tree
+from gil_core.telemetry import TelemetryStore
+from tests.flows._support import write_task_file
+from tests.resolver._support import ROOT, Script, support_server
+
+EXPRESS = "Express parcels arrive on the next business day."
+GIFT = "Gift cards are sold in every store and online."
+runner = CliRunner()
+
+
+def resolve_and_confirm(tmp_path: Path, tree_file: Path) -> Path:
+    """Two answers the generator gave four times each, all confirmed: two promotion proposals."""
+    express = ["express shipping?", "is there express delivery?", "can I get it faster?", "next day delivery?"]
+    gift = ["do you sell gift cards?", "gift card for a friend", "where to buy a gift card", "gift vouchers?"]
+    scripts = {text: Script(route=["shipping"], answers=[EXPRESS]) for text in express}
+    scripts |= {text: Script(route=["billing"], answers=[GIFT]) for text in gift}
+    with support_server(scripts) as server:
+        task = write_task_file(tmp_path, server.base_url, tree=str(tree_file), contract="text", memory_threshold=None)
+        tickets = tmp_path / "tickets.jsonl"
+        tickets.write_text("".join(json.dumps({"id": str(i), "text": t}) + "\n" for i, t in enumerate(scripts)))
+        result = runner.invoke(
+            app, ["resolve-batch", str(tickets), "--out", str(tmp_path / "r.jsonl"), "-t", str(task)]
+        )
+        assert result.exit_code == 0, result.stderr
+    results = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    verdicts = tmp_path / "verdicts.jsonl"
+    verdicts.write_text("".join(json.dumps({"trace_id": r["trace_id"], "correct": True}) + "\n" for r in results))
+    assert runner.invoke(app, ["feedback", str(verdicts), "-t", str(task)]).exit_code == 0
+    return task
+
+
+def paused_run(task: Path) -> Any:
+    """The promotion-round run of this task file once it is paused (waits for the other thread to get there)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+    from prefect.client.schemas.objects import StateType
+
+    paused = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED])))
+    deadline = time.monotonic() + 180
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            runs = client.read_flow_runs(flow_run_filter=paused)
+            mine = [run for run in runs if run.parameters.get("task_file") == str(task)]
+            if mine:
+                return mine[0]
+            time.sleep(0.5)
+    raise AssertionError("the promotion round never paused")
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.filterwarnings("ignore::gil_core.ontology.TreeLintWarning")  # the promoted habit's description
+def test_a_paused_promotion_round_resumed_with_decisions_records_and_applies_them(tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.flow_runs import resume_flow_run
+
+    from flows.review import promotion_round_flow, review_path
+
+    tree_file = tmp_path / "support.yaml"
+    shutil.copy(ROOT / "ontologies" / "support.yaml", tree_file)
+    original = tree_file.read_text(encoding="utf-8")
+    task = resolve_and_confirm(tmp_path, tree_file)
+
+    def run_round() -> dict[str, Any]:  # the paused run lives on its own thread; this test resumes it
+        # a short timeout, so that a failing test does not leave a run waiting for days
+        return asyncio.run(
+            promotion_round_flow(str(task), wait_for_decisions=True, decision_timeout=600, poll_seconds=1)
+        )
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    round_result = pool.submit(contextvars.copy_context().run, run_round)  # with this thread's Prefect settings
+    run = paused_run(task)
+    listed = yaml.safe_load(review_path(str(task), "promotion").read_text(encoding="utf-8"))
+    by_text = {item["text"]: item["id"] for item in listed["items"]}
+    accept, reject = by_text[EXPRESS], by_text[GIFT]
+    assert listed["at_index"] == 8
+
+    with get_client(sync_client=True) as client:  # the form the UI renders: one row per proposal, keyed by its id
+        keyset = run.state.state_details.run_input_keyset
+        schema = client.read_flow_run_input(run.id, keyset["schema"])
+    schema = json.loads(schema) if isinstance(schema, str) else schema
+    assert set(schema["properties"]) == {accept, reject}
+    with pytest.raises(RuntimeError, match="Validation failed"):  # the server checks the answers against that form
+        resume_flow_run(run.id, run_input={accept: {"decision": "sideways"}})
+
+    resume_flow_run(
+        UUID(str(run.id)),
+        run_input={
+            accept: {"decision": "accepted", "reason": "customers ask every day"},
+            reject: {"decision": "rejected", "reason": "seasonal"},
+        },
+    )
+    outcome = round_result.result(timeout=300)
+    pool.shutdown()
+
+    new_file = tmp_path / "support.v2.yaml"
+    assert outcome["tree_file"] == str(new_file) and outcome["at_index"] == 8
+    store = TelemetryStore(tmp_path / "store")
+    decisions = ReviewLog(store).decisions("support", "promotion")
+    assert {item: (entry.decision, entry.note) for item, entry in decisions.items()} == {
+        accept: (Decision.ACCEPTED, "customers ask every day"),
+        reject: (Decision.REJECTED, "seasonal"),
+    }
+    promoted = load_tree(new_file)
+    assert promoted.option(accept).text == EXPRESS and promoted.option(accept).origin.value == "promoted"
+    assert promoted.owner(accept).id == "shipping" and not promoted.has_option(reject)
+    assert tree_file.read_text(encoding="utf-8") == original  # the old version stays as it was
+    log = PromotionLog(store)
+    assert log.rounds("support") == [8] and [p.id for p in log.promotions("support", 8)] == [accept]
+
+    result = runner.invoke(app, ["review", "promote", "-t", str(task), "--json"])  # a rejection is not asked again
+    assert result.exit_code == 0, result.stderr
+    assert reject not in {item["id"] for item in json.loads(result.stdout)["items"]}
+
+
+def test_accepted_retirements_go_into_a_new_tree_version_and_what_the_tree_cannot_take_is_deferred(
+    tmp_path: Path,
+) -> None:
+    from gil_core.errors import ConfigurationError
+    from gil_core.habits.review_log import ReviewKind
+    from gil_core.reviews import ItemDecision, ReviewList, apply_decisions
+    from gil_core.taskfile import load_task_file
+
+    tree_file = tmp_path / "support.yaml"
+    shutil.copy(ROOT / "ontologies" / "support.yaml", tree_file)
+    (tmp_path / "support.v2.yaml").write_text("taken: by hand\n", encoding="utf-8")  # never overwritten
+    task = load_task_file(write_task_file(tmp_path, "http://127.0.0.1:9/v1", tree=str(tree_file))).task
+    store = TelemetryStore(tmp_path / "store")
+    items = [{"id": "two-factor", "anchor": "security"}, {"id": "gone", "anchor": "billing"}, {"id": "shipping-cost"}]
+    review = ReviewList(ReviewKind.DEACTIVATION, "support", items)
+    with pytest.raises(ConfigurationError, match="'nope'"):
+        apply_decisions(store, task, review, [ItemDecision("nope", Decision.ACCEPTED)])
+    assert store.read("reviews").height == 0  # nothing written before the check
+
+    decided = [
+        ItemDecision("two-factor", Decision.ACCEPTED, "nobody uses it"),
+        ItemDecision("gone", Decision.ACCEPTED),
+        ItemDecision("shipping-cost", Decision.REJECTED),
+    ]
+    applied = apply_decisions(store, task, review, decided)
+    assert applied.tree_file == tmp_path / "support.v3.yaml" and list(applied.refused) == ["gone"]
+    assert not load_tree(applied.tree_file).has_option("two-factor")
+    assert load_tree(applied.tree_file).has_option("shipping-cost") and load_tree(tree_file).has_option("two-factor")
+    logged = ReviewLog(store).decisions("support", "deactivation")
+    assert {item: entry.decision for item, entry in logged.items()} == {
+        "two-factor": Decision.ACCEPTED,
+        "gone": Decision.DEFERRED,
+        "shipping-cost": Decision.REJECTED,
+    }
+    assert "no habit 'gone'" in (logged["gone"].note or "")
