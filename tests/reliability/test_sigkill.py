@@ -128,7 +128,7 @@ def fill_store(store: TelemetryStore, traces: int) -> None:
         store.append("node_stats", [{"scope": "support", "node_id": "root", "hits": 1, "accepts": 0, "exits": 1}])
 
 
-def test_compact_telemetry_killed_midway_loses_no_row_and_a_rerun_finishes(tmp_path: Path) -> None:
+def test_compact_telemetry_killed_midway_keeps_every_row_and_a_rerun_finishes(tmp_path: Path) -> None:
     with support_server({}) as server:
         task_file = write_task_file(tmp_path, server.base_url)
     store = TelemetryStore(tmp_path / "store")
