@@ -64,7 +64,8 @@ async def resolve_chunk(
         if done == total or done % step == 0:
             logger.info("chunk: %d/%d tickets", done, total)
 
-    async with hold_slots(limits, occupy=in_flight, strict=True), open_runtime(loaded) as runtime:
+    # not strict: a limit an operator deactivated (or deleted) in the UI lifts the bound, with Prefect's warning
+    async with hold_slots(limits, occupy=in_flight, strict=False), open_runtime(loaded) as runtime:
         report = await resolve_batch(runtime.resolver, loaded.task, tickets, concurrency=in_flight, progress=progress)
     for item in report.failed:
         logger.warning("ticket failed: %s", item)
