@@ -8,30 +8,42 @@ in the file, so parts (and engineers) never overwrite each other's figures.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
 import platform
+import pstats
 import statistics
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import Any
+
+from gil_core.ontology import Tree, TreeLintWarning, load_tree
 
 __all__ = [
     "BENCHMARKS_FILE",
+    "ROOT",
     "RUNNER_COMMAND",
     "Row",
     "Section",
     "add_output_options",
     "destination",
+    "hot_spot_table",
+    "hot_spots",
+    "latency_text",
     "machine",
     "markdown_table",
     "percentile",
     "publish",
     "replace_section",
+    "support_tree",
     "verdict",
 ]
 
-BENCHMARKS_FILE = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS_FILE = ROOT / "BENCHMARKS.md"
 RUNNER_COMMAND = "uv run --extra local python -m benchmarks"
 
 
@@ -162,3 +174,41 @@ def destination(options: argparse.Namespace) -> Path | None:
     if options.output is not None:
         return Path(options.output)
     return None if options.quick else BENCHMARKS_FILE
+
+
+def latency_text(walls: Sequence[float]) -> str:
+    """Median and 90th percentile of ``walls`` (seconds) in milliseconds."""
+    return f"p50 {percentile(walls, 0.5) * 1000:.2f} ms, p90 {percentile(walls, 0.9) * 1000:.2f} ms"
+
+
+def support_tree() -> Tree:
+    """The bundled support tree (its lint warnings are the demo's business, not a benchmark's)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TreeLintWarning)
+        return load_tree(ROOT / "ontologies" / "support.yaml")
+
+
+HotSpot = tuple[str, float, float, float]
+"""A profiled function: its label, and per unit of work its calls, cumulative ms and own ms."""
+
+
+def hot_spots(profiler: cProfile.Profile, per: int, spots: Sequence[tuple[str, str, str]]) -> list[HotSpot]:
+    """The functions of ``spots`` (file suffix, function name, label) found in ``profiler``'s statistics, per
+    ``per`` units of work; those the run never called are left out."""
+    stats: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    found = []
+    for suffix, name, label in spots:
+        for (path, _, function), (_, calls, own, cumulative, _) in stats.items():
+            if function == name and path.replace(os.sep, "/").endswith(suffix):
+                found.append((label, calls / per, cumulative * 1000 / per, own * 1000 / per))
+                break
+    return found
+
+
+def hot_spot_table(title: str, spots: Sequence[HotSpot], *, digits: int = 2) -> str:
+    """``spots`` as a table headed ``title``."""
+    return markdown_table(
+        [title, "calls", "cumulative ms", "own ms"],
+        [[label, f"{calls:.1f}", f"{total:.{digits}f}", f"{own:.{digits}f}"] for label, calls, total, own in spots],
+        align="lrrr",
+    )

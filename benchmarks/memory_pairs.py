@@ -324,6 +324,7 @@ class Results:
     outcomes: list[Outcome]
     sweep: list[Outcome]
     static_calibration: Outcome | None = None
+    verified: list[Outcome] = field(default_factory=list)
 
 
 async def measure(path: Path, *, quick: bool, workdir: Path) -> Results:
@@ -352,6 +353,12 @@ async def measure(path: Path, *, quick: bool, workdir: Path) -> Results:
             FalseHitBudget(TARGET_FALSE_HITS, guard=True),
         ]
     ]
+    from benchmarks._verified_arms import subset, verification_arms  # issue #10's arms (they import this module)
+
+    verified = []
+    for verified_arm in verification_arms(quick):
+        decision = await verified_arm.decide(calibration_lookups, evaluation_lookups)
+        verified.append(score(verified_arm.name, decision, subset(evaluation_lookups, decision, verified_arm)))
     static = StaticThreshold(STATIC_THRESHOLD)
     static_calibration = score(static.name, await static.decide((), calibration_lookups), calibration_lookups)
     return Results(
@@ -365,6 +372,7 @@ async def measure(path: Path, *, quick: bool, workdir: Path) -> Results:
         outcomes=outcomes,
         sweep=sweep,
         static_calibration=static_calibration,
+        verified=verified,
     )
 
 
@@ -420,31 +428,67 @@ def section(results: Results, command: str) -> Section:
             f"{calibration.false_hit_rate:.1%} of non-duplicates hit (NOTES: 77% / 21% over all 4,000 pairs)."
         )
     notes.append(_finding(results))
+    rows += _verified_rows(results)
     tables = [
         _arms_table(results.outcomes),
         "What other precision targets buy (same selection, same halves), and what a plain 1% false-hit budget "
         "on the calibration half leaves:",
         _arms_table(results.sweep),
     ]
+    if results.verified:
+        tables += [
+            "Verified hits (issue #10): bands chosen on the calibration half (accept for 99% precision, verify for "
+            "50%), a one-token same-request judgment in between; the oracle verifier is always right, the local "
+            "model is SmolLM2-135M through the product's own `SameRequestVerifier`:",
+            _arms_table(results.verified),
+            "\n".join(f"- {outcome.arm}: {outcome.decision.note}" for outcome in results.verified),
+        ]
     return Section(SECTION, command, lead, rows, notes, extra_tables=tables)
 
 
+def _verified_rows(results: Results) -> list[Row]:
+    rows = []
+    for outcome in results.verified:
+        share = outcome.decision.extra.get("verified share", "?")
+        if "(oracle)" in outcome.arm:
+            met = outcome.false_hit_rate <= TARGET_FALSE_HITS and outcome.hit_rate >= 0.40
+            rows.append(
+                Row(
+                    f"false hits / duplicates hit, {outcome.arm}",
+                    "≤ 1% / ≥ 40%",
+                    f"{outcome.false_hit_rate:.2%} / {outcome.hit_rate:.1%}; {share} of lookups verified",
+                    met,
+                )
+            )
+        else:
+            rows.append(
+                Row(
+                    f"false hits / duplicates hit, {outcome.arm}",
+                    "report",
+                    f"{outcome.false_hit_rate:.2%} / {outcome.hit_rate:.1%}; {share} of lookups verified",
+                )
+            )
+    return rows
+
+
 def _arms_table(outcomes: Sequence[Outcome]) -> str:
-    return markdown_table(
-        ["arm", "threshold", "duplicates hit", "wrong entry served", "false hits (non-duplicates)", "precision"],
+    """One row per arm; an arm's own figures (``Decision.extra``, e.g. the share that paid for a verification)
+    go in a last column when any arm has some."""
+    extra = any(outcome.decision.extra for outcome in outcomes)
+    header = ["arm", "threshold", "duplicates hit", "wrong entry served", "false hits (non-duplicates)", "precision"]
+    rows = [
         [
-            [
-                outcome.arm,
-                f"{outcome.decision.threshold:.4f}" if outcome.decision.threshold is not None else "none",
-                f"{outcome.hit_rate:.1%}",
-                f"{outcome.wrong_entry_hits}",
-                f"{outcome.false_hit_rate:.2%}",
-                f"{outcome.precision:.1%}" if outcome.precision is not None else "—",
-            ]
-            for outcome in outcomes
-        ],
-        align="lrrrrr",
-    )
+            outcome.arm,
+            f"{outcome.decision.threshold:.4f}" if outcome.decision.threshold is not None else "none",
+            f"{outcome.hit_rate:.1%}",
+            f"{outcome.wrong_entry_hits}",
+            f"{outcome.false_hit_rate:.2%}",
+            f"{outcome.precision:.1%}" if outcome.precision is not None else "—",
+            *(["; ".join(f"{name}: {value}" for name, value in outcome.decision.extra.items())] if extra else []),
+        ]
+        for outcome in outcomes
+    ]
+    return markdown_table([*header, *(["also"] if extra else [])], rows, align="lrrrrr" + ("l" if extra else ""))
 
 
 def _finding(results: Results) -> str:

@@ -1,0 +1,207 @@
+"""Telemetry speed (part B of issue #7): batched appends against a plain Parquet write of the same frame, and the
+commit after each request against two bare durable file writes on the same disk."""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from benchmarks._report import HotSpot, Row, Section, hot_spot_table, hot_spots, latency_text, percentile
+from gil_core.telemetry import CallRecord, TelemetryStore, TraceRecord, utc_now
+from gil_core.telemetry.records import CandidateShown
+
+__all__ = ["TelemetryFigures", "measure_telemetry", "telemetry_section"]
+
+STATS_SECTION = "Stats over a large store"  # written by benchmarks/stats_speed.py
+
+_APPEND_SPOTS = (
+    ("gil_core/telemetry/store.py", "append", "`TelemetryStore.append`"),
+    ("gil_core/telemetry/store.py", "_conform", "… `_conform`: rows → Polars frame of the schema"),
+    ("gil_core/telemetry/schemas.py", "validate_frame", "… `validate_frame`: pandera checks"),
+    ("gil_core/telemetry/store.py", "_write_atomically", "… `_write_atomically`: Parquet + fsync + rename"),
+    ("gil_core/storage.py", "write_parquet", "… the store folder's `write_parquet`: Parquet + fsync + rename"),
+    ("polars/dataframe/frame.py", "write_parquet", "… … Polars `write_parquet`"),
+    ("~", "<built-in method posix.fsync>", "… … `os.fsync`"),
+)
+
+
+@dataclass
+class TelemetryFigures:
+    rows: int
+    append_seconds: dict[str, float]
+    parquet_seconds: dict[str, float]
+    commits: list[float]
+    durable_writes: list[float]
+    profile: list[HotSpot]  # per batched append (one of each table)
+
+
+def _durable_write(folder: Path, payload: bytes) -> None:
+    """The floor of one acknowledged write: temporary file, fsync, rename, fsync of the folder."""
+    temporary = folder / f".{uuid.uuid4().hex}.tmp"
+    with temporary.open("wb") as file:
+        file.write(payload)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, folder / f"{uuid.uuid4().hex}.bin")
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _request_records(index: int) -> tuple[TraceRecord, list[CallRecord]]:
+    """One request's trace and its two judge calls, as the resolver records them."""
+    trace_id, now = uuid.uuid4().hex, utc_now()
+    shown = (CandidateShown(None, "A"), CandidateShown("billing", "B", "billing", "charges and refunds"))
+    calls = [
+        CallRecord(
+            call_id=uuid.uuid4().hex,
+            trace_id=trace_id,
+            created_at=now,
+            role="judge",
+            model="smollm2",
+            node_id=node,
+            layer=layer,
+            prompt_tokens=180,
+            cached_tokens=60,
+            completion_tokens=1,
+            latency_ms=120.0,
+            first_token="B",
+            top_logprobs=(("B", -0.05), ("A", -3.2)),
+            distribution={"billing": 0.95},
+            label_mass=0.99,
+            confidence=0.95,
+            outcome="accept",
+            energy=181.0,
+            candidates=shown,
+        )
+        for layer, node in ((1, "root"), (2, "billing"))
+    ]
+    trace = TraceRecord(
+        trace_id=trace_id,
+        created_at=now,
+        task="bench",
+        state=f"where is my parcel {index}?",
+        mode="habit/answer",
+        path=[{"node": "root", "layer": 1, "outcome": "accept", "chosen": "billing", "p": 0.95}],
+        output="Refunds reach the original payment method within 5 business days of approval.",
+        confidence=0.95,
+        energy=362.0,
+        recall={"source": "k1", "similarity": 0.41, "threshold": 0.95, "hit": False},
+    )
+    return trace, calls
+
+
+def measure_telemetry(rows: int, requests: int, root: Path) -> TelemetryFigures:
+    """Append ``rows`` rows to two tables (timed, then once more profiled), then commit ``requests`` requests."""
+    from benchmarks.stats_speed import call_chunk, trace_chunk  # the store's realistic rows, generated once
+
+    rng = np.random.default_rng(0)
+    store = TelemetryStore(root / "store")
+    columns = store.scan("traces").collect_schema().names()
+    traces = trace_chunk(rng, 0, rows)
+    call_rows = call_chunk(rng, traces)
+    energy = call_rows.group_by("trace_id").agg(pl.col("energy").sum())
+    traces = traces.join(energy, on="trace_id", how="left").with_columns(pl.col("energy").fill_null(0.0))
+    frames = {
+        "calls": call_rows.head(rows),
+        "traces": traces.select(column for column in columns if column in traces.columns),
+    }
+    append_seconds, parquet_seconds = {}, {}
+    plain = root / "plain"
+    plain.mkdir(parents=True)
+    for table, frame in frames.items():
+        started = time.perf_counter()
+        frame.write_parquet(plain / f"{table}.parquet")
+        parquet_seconds[table] = time.perf_counter() - started
+        started = time.perf_counter()
+        store.append(table, frame)
+        append_seconds[table] = time.perf_counter() - started
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for frame in frames.values():
+        store.append("traces" if "state" in frame.columns else "calls", frame)
+    profiler.disable()
+    commits, durable = [], []
+    floor = root / "floor"
+    floor.mkdir(parents=True)
+    for index in range(requests):
+        trace, calls = _request_records(index)
+        started = time.perf_counter()
+        store.record_trace(trace, calls)
+        commits.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        _durable_write(floor, b"x" * 4096)
+        _durable_write(floor, b"x" * 4096)
+        durable.append(time.perf_counter() - started)
+    return TelemetryFigures(
+        rows, append_seconds, parquet_seconds, commits, durable, hot_spots(profiler, 2, _APPEND_SPOTS)
+    )
+
+
+def telemetry_section(figures: TelemetryFigures, command: str) -> Section:
+    rows = []
+    for table, seconds in figures.append_seconds.items():
+        rate, plain = figures.rows / seconds, figures.rows / figures.parquet_seconds[table]
+        rows.append(
+            Row(
+                f"batched append: `store.append('{table}', {figures.rows:,} rows)`",
+                "≥ 50,000 rows/s",
+                f"{rate:,.0f} rows/s ({seconds:.2f} s; plain `write_parquet` of the same frame: {plain:,.0f} rows/s)",
+                rate >= 50_000,
+            )
+        )
+    commit = percentile(figures.commits, 0.5)
+    rows.append(
+        Row(
+            "single-request commit: `store.record_trace(trace, 2 calls)`, p50",
+            "≤ 5 ms",
+            f"{commit * 1000:.2f} ms (p90 {percentile(figures.commits, 0.9) * 1000:.2f} ms)",
+            commit <= 0.005,
+        )
+    )
+    rows.append(
+        Row(
+            "baseline: two bare durable 4 KiB writes (write, fsync, rename, fsync folder)",
+            "—",
+            latency_text(figures.durable_writes),
+        )
+    )
+    rows.append(Row("stats over 1M traces", "≤ 1 s", f"see “{STATS_SECTION}” (`benchmarks/stats_speed.py`)"))
+    lead = (
+        "`TelemetryStore` in a temporary folder. Batched appends write one validated frame of generated trace and "
+        "call rows (the generator of `benchmarks/stats_speed.py`); a single-request commit is what the resolver "
+        "does after each request: the calls file, then the trace file, each acknowledged (fsync-ed) before return."
+    )
+    notes = []
+    slow_appends = [table for table, seconds in figures.append_seconds.items() if figures.rows / seconds < 50_000]
+    if slow_appends and figures.profile:
+        total = figures.profile[0][2]  # the append itself, per append
+        parts = sorted(figures.profile[1:], key=lambda spot: -spot[2])
+        biggest = parts[0] if parts else None
+        if biggest is not None and total > 0:
+            notes.append(
+                f"**Miss** (batched append of {', '.join(slow_appends)}), cause: our code. Per batched append "
+                f"{biggest[0].lstrip('… ')} takes {biggest[2]:,.0f} of {total:,.0f} ms ({biggest[2] / total:.0%}, "
+                "profile below); the plain Parquet write of the same frame stays well above the target, so the "
+                "write itself is not the limit."
+            )
+    if commit > 0.005:
+        floor = percentile(figures.durable_writes, 0.5)
+        notes.append(
+            f"**Miss** (single-request commit), cause: our code over this disk. A commit writes two durable files; "
+            f"two bare durable writes take {floor * 1000:.2f} ms p50 here (the floor of the current design, "
+            f"{'above' if floor > 0.005 else 'within'} the 5 ms target on its own), and the rest "
+            f"({(commit - floor) * 1000:.2f} ms) is conforming, validating and encoding two one-row frames. "
+            "Group commit (one journal append per request, compacted later) is what reaches the target."
+        )
+    profile = hot_spot_table("where (cProfile, per batched append of one table)", figures.profile, digits=1)
+    return Section("Speed: telemetry (part B)", command, lead, rows, notes, extra_tables=[profile])
