@@ -66,16 +66,16 @@ class Sizes:
 
 
 FULL = Sizes(
-    requests=1000,
-    batch=2000,
-    profiled=300,
+    requests=300,
+    batch=500,
+    profiled=100,
     remembered=1000,
     lookup=LookupSizes(
         (10_000, 100_000, 1_000_000), queries=200, slow_queries=30, flat_limit=100_000, index_from=100_000
     ),
     append_rows=100_000,
-    commits=300,
-    prefix_requests=24,
+    commits=200,
+    prefix_requests=16,
 )
 QUICK = Sizes(
     requests=30,
