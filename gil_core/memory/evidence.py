@@ -76,8 +76,8 @@ class MemoryEvidence:
 
     def threshold(self, source: str | None, *, accept: float, verify: float) -> float:
         """The similarity at or above which ``source`` is served without a verification."""
-        if verify > accept:
-            raise ConfigurationError(f"memory_verify ({verify}) must not exceed memory_accept ({accept})")
+        if not (math.isfinite(accept) and math.isfinite(verify)) or verify > accept:
+            raise ConfigurationError(f"need finite memory_verify ({verify}) ≤ memory_accept ({accept})")
         evidence = self.entries.get(source) if source is not None else None
         trust = evidence.precision_lower_bound if evidence is not None else 0.0
         return max(verify, accept - (accept - verify) * trust)

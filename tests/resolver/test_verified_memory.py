@@ -179,6 +179,8 @@ def test_the_per_entry_threshold_lies_between_verify_and_accept() -> None:
     assert (evidence.entries["e"].confirmed, evidence.entries["e"].refuted) == (1004, 1)
     with pytest.raises(ConfigurationError):
         evidence.threshold("e", accept=0.5, verify=0.9)
+    with pytest.raises(ConfigurationError):
+        evidence.threshold("e", accept=float("inf"), verify=0.5)
 
 
 def test_wilson_lower_bound_is_pinned_at_zero_and_grows_with_evidence() -> None:
