@@ -8,7 +8,7 @@ of the run.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +141,57 @@ async def _resolve(
         correction = None if outcome.correct else request.expected
         await runtime.resolver.feedback(task, resolution.trace_id, outcome.correct, correction)
     return outcome
+
+
+def runs_to_json(runs: list[ArmRun]) -> list[dict[str, Any]]:
+    """Arm runs as JSON: what ``runs_from_json`` reads back, so a report can be redone without the models."""
+    return [
+        {
+            "stream": run.stream,
+            "arm": run.arm.key,
+            "task": run.task,
+            "outcomes": [
+                {
+                    "position": o.position,
+                    "request": asdict(o.request),
+                    "output": o.output,
+                    "mode": o.mode,
+                    "trace_id": o.trace_id,
+                    "seconds": o.seconds,
+                    "failure": o.failure,
+                    "steps": [step.to_json() for step in o.steps],
+                    "similarity": o.similarity,
+                    "recall_error": o.recall_error,
+                }
+                for o in run.outcomes
+            ],
+        }
+        for run in runs
+    ]
+
+
+def runs_from_json(items: list[dict[str, Any]]) -> list[ArmRun]:
+    arms = {arm.key: arm for arm in ARMS}
+    return [
+        ArmRun(
+            item["stream"],
+            arms[item["arm"]],
+            item["task"],
+            [
+                Outcome(
+                    o["position"],
+                    Request(**o["request"]),
+                    o["output"],
+                    o["mode"],
+                    o["trace_id"],
+                    o["seconds"],
+                    o["failure"],
+                    tuple(Step(**step) for step in o["steps"]),
+                    o["similarity"],
+                    o["recall_error"],
+                )
+                for o in item["outcomes"]
+            ],
+        )
+        for item in items
+    ]

@@ -265,7 +265,8 @@ def _diagnostic_lines(stream: StreamResult) -> list[str]:
             rows.append(f"| {arm.title} | — | — | {generated} | — |")
             continue
         root = (
-            f"{d['root_right']}/{d['root_judged']} (1 in {d['root_choices'] + 1} by chance)"
+            f"{d['root_right']}/{d['root_judged']} (1 in {d['root_choices'] + 1} by chance); accepted "
+            f"{d['root_accepted']}/{d['root_judged']}"
             if d.get("root_judged")
             else "—"
         )
@@ -293,7 +294,8 @@ def _diagnostic_lines(stream: StreamResult) -> list[str]:
     )
     return [
         *warning,
-        "| arm | root judgment: expected category | habit answers | generated answers | decided by the reflex |",
+        "| arm | root judgment: chose the expected category; confident enough to descend | habit answers "
+        "| generated answers | decided by the reflex |",
         "|---|---|---|---|---|",
         *rows,
         "",

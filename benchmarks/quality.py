@@ -29,7 +29,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from benchmarks._quality_arms import ArmRun, run_arms
+from benchmarks._quality_arms import ArmRun, run_arms, runs_from_json, runs_to_json
 from benchmarks._quality_markdown import SECTION, render_section, replace_section
 from benchmarks._quality_plots import plot_stream
 from benchmarks._quality_report import ArmFigures, Prices, arm_figures, fit_prices, priced_calls
@@ -41,7 +41,11 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS_FILE = ROOT / "BENCHMARKS.md"
 PLOTS_DIR = ROOT / "docs" / "bench"
 COMMAND = "uv run --extra local python -m benchmarks.quality"
-CALL_TIMEOUT_SECONDS = 600.0  # one model call on a loaded 2-core machine can take a minute
+# Generous: on a 2-core machine shared with other work, one call has taken over two minutes and the server's
+# start-up over one (measured here); a timeout would turn a slow answer into a wrong one.
+CALL_TIMEOUT_SECONDS = 600.0
+STARTUP_TIMEOUT_SECONDS = 300.0
+RUNS_FILE = "runs.json"  # every outcome of the run, for ``report`` (and ``--report-only``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +61,7 @@ class Sizes:
 
 # Full size: about 3 x 30 + ~35 cold requests per stream at ~1-2 s each on 2 idle cores (~12 min in all).
 FULL = Sizes(("support", "home", "headlines"), requests=30, events=90, window=6)
-QUICK = Sizes(("support", "home"), requests=4, events=6, window=2)
+QUICK = Sizes(("support", "home"), requests=3, events=6, window=2)
 
 
 @dataclass
@@ -133,12 +137,34 @@ def run(quick: bool, out_dir: Path) -> QualityResults:
     """Run every stream's arms at the quick or full size into ``out_dir`` (emptied first) and report."""
     sizes = QUICK if quick else FULL
     out_dir = Path(out_dir)
-    for part in ("store", "memory", "plots"):
+    for part in ("store", "memory", "plots", "server"):
         shutil.rmtree(out_dir / part, ignore_errors=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     streams, loaded = _load_streams(sizes)
     runs = asyncio.run(_run_streams(loaded, sizes, out_dir, {s.name: s for s in streams}))
+    record = {
+        "quick": quick,
+        "seconds": time.perf_counter() - started,
+        "machine": _machine(),
+        "date": date.today().isoformat(),
+        "streams": [{"name": s.name, "seconds": s.seconds, "skipped": s.skipped} for s in streams],
+        "runs": runs_to_json([arm_run for stream_runs in runs.values() for arm_run in stream_runs]),
+    }
+    (out_dir / RUNS_FILE).write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
+    return report(out_dir)
+
+
+def report(out_dir: Path) -> QualityResults:
+    """The results of the run recorded in ``out_dir``: energy fitted from its store's calls (``fit-energy``),
+    figures, plots, ``quality.md`` and ``quality.json``. Needs no model: a report can be redone."""
+    out_dir = Path(out_dir)
+    record = json.loads((out_dir / RUNS_FILE).read_text(encoding="utf-8"))
+    sizes = QUICK if record["quick"] else FULL
+    streams, loaded = _load_streams(sizes)
+    runs = runs_from_json(record["runs"])
+    for result, saved in zip(streams, record["streams"], strict=True):
+        result.seconds = saved["seconds"]
     store = TelemetryStore(out_dir / "store")
     prices = fit_prices(store)  # gil fit-energy over this run's calls, before anything is priced
     costs = priced_calls(store, prices)
@@ -146,19 +172,13 @@ def run(quick: bool, out_dir: Path) -> QualityResults:
         if result.skipped is not None:
             continue
         tree = _tree(loaded[result.name])
-        result.arms = [arm_figures(arm_run, costs, tree, window=sizes.window) for arm_run in runs[result.name]]
+        stream_runs = [arm_run for arm_run in runs if arm_run.stream == result.name]
+        result.arms = [arm_figures(arm_run, costs, tree, window=sizes.window) for arm_run in stream_runs]
         result.plot = plot_stream(
             result.title, result.arms, sizes.window, out_dir / "plots" / f"quality-{result.name}.png", unit="ms"
         )
     results = QualityResults(
-        quick,
-        sizes,
-        out_dir,
-        date.today().isoformat(),
-        time.perf_counter() - started,
-        prices,
-        streams,
-        _machine(),
+        record["quick"], sizes, out_dir, record["date"], record["seconds"], prices, streams, record["machine"]
     )
     results.markdown = results.section("plots")
     (out_dir / "quality.md").write_text(results.markdown, encoding="utf-8")
@@ -189,7 +209,7 @@ async def _run_streams(
     from gil_core.local import LocalLLMServer  # the `local` extra
 
     runs: dict[str, list[ArmRun]] = {}
-    with LocalLLMServer(cache_dir=out_dir / "server") as server:
+    with LocalLLMServer(cache_dir=out_dir / "server", startup_timeout=STARTUP_TIMEOUT_SECONDS) as server:
         async with server.chat_model(timeout=CALL_TIMEOUT_SECONDS) as chat:
             for name, stream in streams.items():
                 requests = stream.sample(sizes.requests)
@@ -224,10 +244,13 @@ def main(argv: list[str] | None = None) -> QualityResults:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny subsets (CI): writes nothing shared")
     parser.add_argument("--out", type=Path, default=None, help="working folder (default: .gil/bench/quality[-quick])")
+    parser.add_argument(
+        "--report-only", action="store_true", help="redo the report of the run recorded in the working folder"
+    )
     args = parser.parse_args(argv)
     out = args.out or ROOT / ".gil" / "bench" / ("quality-quick" if args.quick else "quality")
-    results = run(args.quick, out)
-    if args.quick:
+    results = report(out) if args.report_only else run(args.quick, out)
+    if results.quick:
         print(results.markdown)
     else:
         PLOTS_DIR.mkdir(parents=True, exist_ok=True)

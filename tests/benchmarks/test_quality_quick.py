@@ -4,10 +4,13 @@ table and plot is produced. No speed or accuracy target is asserted here: those 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from benchmarks._quality_markdown import SECTION, replace_section
+from benchmarks._quality_streams import StreamMissingError, headlines_stream, home_stream, repeating_stream
 from benchmarks.quality import QUICK, QualityResults, run
 
 
@@ -65,3 +68,38 @@ def test_replacing_the_section_keeps_every_other_section() -> None:
     )
     appended = replace_section("# Benchmarks\n\n## Speed\n\nfast\n", f"## {SECTION}\n\nnew\n")
     assert appended == "# Benchmarks\n\n## Speed\n\nfast\n\n## Quality and cost (part A)\n\nnew\n"
+
+
+def test_the_repeating_stream_is_seeded_and_returns_to_its_requests_as_repeats_and_paraphrases() -> None:
+    stream = home_stream()
+    bases = stream.sample(20)
+    events = repeating_stream(stream, bases, 80)
+    assert events == repeating_stream(stream, bases, 80)
+    by_id = {base.id: base for base in bases}
+    seen: set[str] = set()
+    for event in events:
+        base = by_id[event.id.split("#", 1)[0]]
+        assert event.expected == base.expected
+        if base.id not in seen:
+            assert (event.kind, event.text) == ("original", base.text)
+        elif event.kind == "repeat":
+            assert event.text == base.text
+        else:
+            assert event.kind == "paraphrase" and event.text != base.text
+        seen.add(base.id)
+    kinds = Counter(event.kind for event in events)
+    assert kinds["repeat"] > 0 and kinds["paraphrase"] > 0
+
+
+def test_headlines_are_read_from_the_csv_and_a_missing_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "headlines.csv"
+    path.write_text('"Q: gold futures end the week 1.4% higher\nA:",up,6556\n', encoding="utf-8")
+    (request,) = headlines_stream(path).requests
+    assert (request.id, request.text, request.expected, request.option_id) == (
+        "n6556",
+        "gold futures end the week 1.4% higher",
+        "up",
+        "up",
+    )
+    with pytest.raises(StreamMissingError, match=r"nowhere\.csv"):
+        headlines_stream(tmp_path / "nowhere.csv")
