@@ -80,7 +80,9 @@ class Section:
                 ["what", "target", "measured", "verdict"],
                 [[row.what, row.target, row.measured, _verdict_cell(row.meets)] for row in self.rows],
                 align="lllc",
-            ),
+            )
+            if self.rows
+            else "",
             *self.extra_tables,
             *(note.strip() for note in self.notes),
         ]

@@ -46,7 +46,7 @@ def test_the_quick_harness_writes_every_section_with_a_table_into_the_file_it_is
         env=environment,
         capture_output=True,
         text=True,
-        timeout=1800,
+        timeout=3600,
     )
     assert finished.returncode == 0, finished.stderr[-4000:]
 
@@ -59,8 +59,13 @@ def test_the_quick_harness_writes_every_section_with_a_table_into_the_file_it_is
         assert re.search(r"^\|.*\|\n\|[-:|]+\|\n\|", body, flags=re.MULTILINE), f"no table in {title!r}"
     for title in expected:
         if title.startswith("Speed:") or title.startswith("Memory false hits"):
-            assert "| what | target | measured | verdict |" in sections[title], title
             assert "python -m benchmarks --quick" in sections[title], title
+            if title != "Speed: memory lookup (part B)":  # its targets are at 100k and 1M entries: full runs only
+                assert "| what | target | measured | verdict |" in sections[title], title
+    assert (
+        "| entries | arm | p50 ms | CPU ms | × numpy (p50) | recall@1 | setup |"
+        in sections["Speed: memory lookup (part B)"]
+    )
 
 
 def test_a_section_replaces_only_its_own_heading() -> None:
