@@ -131,6 +131,7 @@ def test_a_bare_root_is_a_tree_whose_requests_go_straight_to_generation(tmp_path
     assert code == 0 and json.loads(stdout)["nodes"] == 1
 
 
+@pytest.mark.slow
 def test_a_one_megabyte_description_loads_and_reaches_the_judge_prompt_whole(tmp_path: Path) -> None:
     """Well-defined: the tree loads; the judge sends the description as it is; a server that refuses a prompt
     that long (HTTP 400) fails the judgment, and the ticket is answered by generation, with one trace."""
@@ -245,6 +246,7 @@ def resolve_batch_cli(tmp_path: Path, tickets: Path, server: ScriptedOpenAIServe
     return code, json.loads(stdout) if code == 0 else {}, stderr
 
 
+@pytest.mark.slow
 def test_bad_tickets_are_named_and_skipped_and_the_odd_good_ones_resolve(tmp_path: Path) -> None:
     lines = [
         json.dumps({"id": "ok", "text": "where is my refund?"}),

@@ -53,6 +53,7 @@ async def remember_one_answer(task_file: Path) -> None:
         await apply_verdicts(runtime.resolver, loaded.task, [Verdict(report.trace_ids[FIRST.id], True)])
 
 
+@pytest.mark.slow
 async def test_a_task_files_memory_spares_a_failing_embedding_endpoint(tmp_path: Path) -> None:
     """Through ``open_runtime`` (what ``gil`` and the flows use): with the endpoint answering 503, two requests
     in a row are misses answered by the tree, and only the first lookup reaches the endpoint (with its retries)."""
@@ -79,6 +80,7 @@ async def test_a_task_files_memory_spares_a_failing_embedding_endpoint(tmp_path:
     assert during <= 4, f"{during} embedding requests for 2 lookups: no breaker spared the endpoint"
 
 
+@pytest.mark.slow
 def test_an_unusable_memory_store_makes_misses_and_a_rebuild_restores_it(tmp_path: Path) -> None:
     """The memory directory is a file (a broken mount, say): every lookup and every memory write fails, the
     requests are answered by the tree, the verdicts are still stored, and ``gil rebuild-memory`` catches up."""

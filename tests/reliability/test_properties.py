@@ -251,4 +251,4 @@ class TwoWritersAndCompactions(RuleBasedStateMachine):
 
 
 TwoWritersAndCompactions.TestCase.settings = settings(max_examples=20, stateful_step_count=15, deadline=None)
-TestTheStoreUnderInterleavedWritesAndCompactions = TwoWritersAndCompactions.TestCase
+TestTheStoreUnderInterleavedWritesAndCompactions = pytest.mark.slow(TwoWritersAndCompactions.TestCase)

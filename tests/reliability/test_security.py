@@ -137,6 +137,7 @@ def assert_nowhere(needles: list[str], texts: dict[str, str]) -> None:
             assert needle not in text, f"{needle!r} found in {where}"
 
 
+@pytest.mark.slow
 def test_a_do_not_record_task_leaves_its_requests_in_no_file_table_or_log_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
