@@ -176,11 +176,17 @@ def read_verdicts(path: str | Path) -> tuple[list[Verdict], list[BadInput]]:
 
 
 def _json_lines(path: Path) -> Iterator[tuple[str, Any]]:
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
+    # Bytes first, decoded per line: one line that is not UTF-8 is reported, and the rest still run.
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            where = f"{path}:{number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield where, BadInput(where, f"not UTF-8 (byte {exc.start + 1} of the line)")
+                continue
             if not line.strip():
                 continue
-            where = f"{path}:{number}"
             try:
                 yield where, json.loads(line)
             except json.JSONDecodeError as exc:
@@ -333,11 +339,13 @@ async def apply_verdicts(resolver: Resolver, task: TaskDefinition, verdicts: Ite
     crash counts nothing twice); an unknown trace is reported and the rest go on."""
     report = FeedbackReport()
     given = _given_verdicts(resolver, task.name)
+    stored: list[str] = []
     for verdict in verdicts:
         correction = (verdict.correction or "").strip() or None
         wanted = ("correct" if verdict.correct else "wrong", None if verdict.correct else correction)
         if given.get(verdict.trace_id) == wanted:
             report.unchanged += 1
+            stored.append(verdict.trace_id)
             continue
         try:
             await resolver.feedback(task, verdict.trace_id, verdict.correct, verdict.correction)
@@ -346,6 +354,10 @@ async def apply_verdicts(resolver: Resolver, task: TaskDefinition, verdicts: Ite
             continue
         given[verdict.trace_id] = wanted
         report.applied += 1
+    # Verdicts already stored (a rerun): memory may not have learnt them before a crash, so teach them again
+    # (idempotent: an entry is keyed by its trace id); habit statistics are not counted twice.
+    for trace_id in stored:
+        await resolver.relearn(task, trace_id)
     return report
 
 

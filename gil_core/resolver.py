@@ -370,10 +370,32 @@ class Resolver:
         )
         self._record_reliability(task.name, deltas)
         self._shadows.pop(task.name, None)
+        await self._learn(task, trace_id, row, correct, correction)
+
+    async def relearn(self, task: TaskDefinition, trace_id: str) -> None:
+        """Teach memory the verdict ``trace_id`` already carries (after a crash between storing a verdict and
+        memory learning it). Idempotent; habit statistics are not touched. A trace without a verdict: nothing."""
+        row = self._trace_row(task.name, trace_id)
+        if row["feedback_verdict"] is None or task.policy.memory_threshold is None or self._memory is None:
+            return
+        correct = row["feedback_verdict"] == "correct"
+        await self._learn(task, trace_id, row, correct, row["feedback_correction"], count=False)
+
+    async def _learn(
+        self,
+        task: TaskDefinition,
+        trace_id: str,
+        row: Mapping[str, Any],
+        correct: bool,
+        correction: str | None,
+        *,
+        count: bool = True,
+    ) -> None:
+        """Memory learns a verdict: a wrong memory hit forgets its source; the confirmed answer is remembered."""
         if task.policy.memory_threshold is None or self._memory is None:
             return
         recall = json.loads(row["recall"]) if row["recall"] else {}
-        if row["mode"] == "memory" and recall.get("source") and task.name in self._evidence_by_task:
+        if count and row["mode"] == "memory" and recall.get("source") and task.name in self._evidence_by_task:
             self._evidence_by_task[task.name].record(trace_id, recall["source"], correct)
         try:
             if row["mode"] == "memory" and not correct and recall.get("source"):

@@ -18,7 +18,7 @@ from gil_core.errors import ConfigurationError
 from gil_core.llm import ChatModel, EmbeddingModel, EmbeddingRecorder, OpenAICompatibleChatModel
 from gil_core.llm.openai_compat import OpenAICompatibleEmbeddingModel
 from gil_core.maintenance import ENERGY_META_KEY
-from gil_core.memory import LanceDBMemory, Memory
+from gil_core.memory import CircuitBreakingMemory, LanceDBMemory, Memory
 from gil_core.resolver import Resolver
 from gil_core.settings import ClientParts, load_settings
 from gil_core.taskfile import ModelSpec, TaskFile
@@ -108,7 +108,13 @@ async def open_runtime(
         embedder = await _embedding_model(task_file.embedding_model, stack)
         memory: Memory | None = None
         if embedder is not None and task_file.task.policy.memory_threshold is not None:
-            memory = LanceDBMemory(task_file.memory, EmbeddingRecorder(embedder, sink=store, energy=prices))
+            # The breaker spares a failing embedding endpoint: after a failed lookup, lookups are misses without a
+            # request until its cooldown ends (memory is a cache in front of the tree; a miss costs no answer).
+            # Verdicts are still learnt (tried every time): they are rare, and memory must agree with them.
+            memory = CircuitBreakingMemory(
+                LanceDBMemory(task_file.memory, EmbeddingRecorder(embedder, sink=store, energy=prices)),
+                guard_writes=False,
+            )
         reflex = EmbeddingRecorder(embedder, sink=store, energy=prices) if embedder is not None else None
         fallback = (
             await _chat_model(task_file.fallback_chat_model, stack)

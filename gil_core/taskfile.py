@@ -119,7 +119,17 @@ def parse_task_file(text: str, *, path: Path, overrides: dict[str, Any] | None =
         raise TaskFileError(f"YAML syntax error: {exc.problem}", path=where, line=line) from exc
     if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
         raise TaskFileError("a task file is a mapping of keys to values", path=where, line=1)
-    lines = {key.value: key.start_mark.line + 1 for key, _ in node.value if isinstance(key, yaml.ScalarNode)}
+    lines: dict[str, int] = {}
+    for key, _ in node.value:
+        if isinstance(key, yaml.ScalarNode):
+            if key.value in lines:
+                raise TaskFileError(
+                    f"the key is given twice (first on line {lines[key.value]})",
+                    path=where,
+                    line=key.start_mark.line + 1,
+                    key=key.value,
+                )
+            lines[key.value] = key.start_mark.line + 1
     data.update({key: value for key, value in (overrides or {}).items() if value is not None})
     reader = _Reader(where, lines, data, path.parent)
     return reader.task_file(path)
@@ -163,7 +173,16 @@ class _Reader:
             if extra:
                 raise self.fail(key, f"unknown model key {extra[0]!r} (url, name, api_key_env)")
             return ModelSpec("remote", value["url"], value["name"], value.get("api_key_env"))
-        raise self.fail(key, f"expected {_KEYS[key]}, got {value!r}")
+        # The value is not echoed: a malformed spec may hold a key written where it does not belong.
+        raise self.fail(key, f"expected {_KEYS[key]}, got a {type(value).__name__}")
+
+    def key_named_in(self, message: str) -> str:
+        """The task-file key a policy complaint is about (its message starts with the setting's name)."""
+        aliases = {"memory_threshold": "memory_accept" if "memory_accept" in self.data else "memory_threshold"}
+        for key in sorted(_KEYS, key=len, reverse=True):
+            if message.startswith(key) or f" {key} " in message or message.startswith(key.replace("_", " ")):
+                return aliases.get(key, key)
+        return "task"
 
     def memory_accept(self) -> float | None:
         if self.data.get("memory_accept") is not None and self.data.get("memory_threshold") is not None:
@@ -226,6 +245,8 @@ class _Reader:
 
     def task_file(self, path: Path) -> TaskFile:
         name = self.get("task", str, required=True)
+        if not name.strip():
+            raise self.fail("task", "a task needs a non-blank name (the tenant)")
         language_name = self.get("language", str, "en")
         if language_name not in LANGUAGES:
             raise self.fail("language", f"expected {_KEYS['language']}, got {language_name!r}")
@@ -252,7 +273,7 @@ class _Reader:
         except TaskFileError:
             raise
         except ConfigurationError as exc:
-            raise TaskFileError(str(exc), path=self.where) from exc
+            raise self.fail(self.key_named_in(str(exc)), str(exc)) from exc
         examples = self.get("examples", list, [])
         task = TaskDefinition(
             name=name,

@@ -6,7 +6,9 @@ failed ``lookup``/``nearest``/``remember``/``rebuild`` the circuit opens: calls 
 callers are refused meanwhile); its success closes the circuit, its failure opens it again.
 
 ``forget`` always passes and never changes the circuit: dropping a wrong answer must not wait for a cooldown.
-``entries`` passes too (it is for tests and replay checks).
+``entries`` passes too (it is for tests and replay checks). With ``guard_writes=False`` (what a task file's
+runtime uses) ``remember`` and ``rebuild`` pass as well and never change the circuit: the breaker then spares the
+endpoint on the hot path (lookups) while a verdict, which is rare and must be learnt, is always tried.
 """
 
 from __future__ import annotations
@@ -29,10 +31,18 @@ _T = TypeVar("_T")
 class CircuitBreakingMemory:
     """``Memory`` that wraps ``inner`` with a circuit breaker; ``clock`` (seconds) is injectable for tests."""
 
-    def __init__(self, inner: Memory, *, cooldown: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        inner: Memory,
+        *,
+        cooldown: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        guard_writes: bool = True,
+    ) -> None:
         if not (math.isfinite(cooldown) and cooldown >= 0):
             raise ConfigurationError(f"cooldown must be a finite number of seconds >= 0, got {cooldown!r}")
         self._inner = inner
+        self._guard_writes = guard_writes
         self._cooldown = cooldown
         self._clock = clock
         self._open_until: float | None = None  # None: closed
@@ -62,9 +72,13 @@ class CircuitBreakingMemory:
         return await self._guarded(task, lambda: self._inner.nearest(task, text, k))
 
     async def remember(self, task: str, key: str, text: str, answer: str) -> None:
+        if not self._guard_writes:
+            return await self._inner.remember(task, key, text, answer)
         await self._guarded(task, lambda: self._inner.remember(task, key, text, answer))
 
     async def rebuild(self, task: str, entries: Iterable[MemoryEntry]) -> None:
+        if not self._guard_writes:
+            return await self._inner.rebuild(task, entries)
         await self._guarded(task, lambda: self._inner.rebuild(task, entries))
 
     async def forget(self, task: str, key: str) -> None:

