@@ -61,7 +61,7 @@ class Outcome:
     seconds: float
     failure: str | None = None
     steps: tuple[Step, ...] = ()
-    similarity: float | None = None  # of the memory hit
+    similarity: float | None = None  # of the nearest memory entry (hit or not)
     recall_error: str | None = None  # why a lookup missed when it was not the similarity ("guard: ...")
 
     @property
@@ -134,7 +134,7 @@ async def _resolve(
         seconds,
         resolution.failure,
         tuple(resolution.path),
-        recall.similarity if recall is not None and recall.hit else None,
+        recall.similarity if recall is not None else None,
         recall.error if recall is not None else None,
     )
     if feedback:  # the answer key as the verdict, at once: memory learns as the stream goes

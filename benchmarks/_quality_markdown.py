@@ -152,9 +152,10 @@ def _target_lines(stream: StreamResult) -> list[str]:
             causes.append(_memory_share_cause(memory))
         precision = memory.memory_precision
         precision_met = precision.n > 0 and (precision.rate or 0.0) >= TARGET_MEMORY_PRECISION
+        verdict = _verdict(precision_met) if precision.n else "**not shown** (no memory answers to judge)"
         rows.append(
             f"| (4) memory precision ≥ {TARGET_MEMORY_PRECISION:.0%} after warm-up | {precision.render()} | "
-            f"{_verdict(precision_met)}{_precision_note(precision)} |"
+            f"{verdict}{_precision_note(precision)} |"
         )
         if not precision_met:
             causes.append(_memory_precision_cause(memory))
@@ -223,14 +224,22 @@ def _memory_share_cause(memory: ArmFigures) -> str:
         f"memory share: of {d.get('after_warmup', 0)} requests after warm-up, {kinds.get('original', 0)} were "
         f"first appearances (nothing to recall: data), and memory missed {d.get('missed_paraphrase', 0)} "
         f"paraphrases and {d.get('missed_repeat', 0)} repeats ({d.get('missed_guard', 0)} of the misses refused by "
-        f"the guard; the rest below the {MEMORY_THRESHOLD} cosine). Cause: "
+        f"the guard; the rest below the {MEMORY_THRESHOLD} cosine{_similarities(d)}). Cause: "
         + (
-            "data (too few returns)"
+            "data (too few returns to requests already seen)"
             if kinds.get("original", 0) > d.get("missed_paraphrase", 0)
-            else "our embedder threshold"
+            else f"our code: a static {MEMORY_THRESHOLD} cosine (the demo task's, not selected from the log) "
+            "is stricter than these paraphrases"
         )
         + "."
     )
+
+
+def _similarities(diagnostics: dict[str, Any]) -> str:
+    values = diagnostics.get("missed_paraphrase_similarity") or []
+    if not values:
+        return ""
+    return f": the missed paraphrases' nearest entries were at cosine {min(values):.3f} to {max(values):.3f}"
 
 
 def _memory_precision_cause(memory: ArmFigures) -> str:

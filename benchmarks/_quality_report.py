@@ -251,6 +251,12 @@ def _memory_diagnostics(outcomes: Sequence[Outcome]) -> dict[str, Any]:
         "missed_repeat": sum(o.position not in first_seen and o.request.kind == "repeat" for o in missed),
         "missed_paraphrase": sum(o.position not in first_seen and o.request.kind == "paraphrase" for o in missed),
         "missed_guard": sum((o.recall_error or "").startswith("guard") for o in missed),
+        # How close the paraphrases that missed came: the nearest entry's cosine (None: memory was empty).
+        "missed_paraphrase_similarity": sorted(
+            round(o.similarity, 3)
+            for o in missed
+            if o.position not in first_seen and o.request.kind == "paraphrase" and o.similarity is not None
+        ),
         "kinds_after_warmup": dict(Counter(o.request.kind for o in counted)),
         "wrong_hits": [
             {"request": o.request.text, "expected": o.request.expected, "output": o.output, "similarity": o.similarity}
