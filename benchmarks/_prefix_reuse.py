@@ -40,7 +40,6 @@ async def measure_prefix(requests: int, root: Path) -> PrefixFigures:
     texts = list(dict.fromkeys(tickets))[:requests]
     store = TelemetryStore(root / "store")
     started = time.perf_counter()
-    deep: list[str] = []
     with LocalLLMServer(cache_dir=root / "server") as server:
         async with server.chat_model(timeout=600.0) as chat:
             recorder = CallRecorder(chat, sink=store, energy=EnergyModel.tokens())
@@ -48,15 +47,13 @@ async def measure_prefix(requests: int, root: Path) -> PrefixFigures:
             judge = SingleTokenJudge(recorder, ENGLISH, trust_threshold=0.0, order_seed="demo")
             traverser = GreedyTraverser(judge, Thresholds(per_layer=(0.0,), leaf=0.0))
             for text in texts:
-                trace_id = uuid.uuid4().hex
-                with trace_scope(trace_id):
-                    walk = await traverser.traverse(text, tree)
-                if len(walk.steps) >= 2:
-                    deep.append(trace_id)
-    calls = (
-        store.read("calls")
-        .filter((pl.col("role") == "judge") & pl.col("trace_id").is_in(deep) & (pl.col("layer") <= 2))
-        .select("trace_id", "layer", "prompt_tokens", "cached_tokens")
+                with trace_scope(uuid.uuid4().hex):
+                    await traverser.traverse(text, tree)
+    judged = store.read("calls").filter(pl.col("role") == "judge")
+    # A depth-2 path is a walk that was judged at layer 2 (a category without candidates is skipped unjudged).
+    deep = judged.filter(pl.col("layer") == 2).get_column("trace_id").unique()
+    calls = judged.filter(pl.col("trace_id").is_in(deep.implode()) & (pl.col("layer") <= 2)).select(
+        "trace_id", "layer", "prompt_tokens", "cached_tokens"
     )
     return PrefixFigures(len(texts), len(deep), calls, time.perf_counter() - started)
 

@@ -295,6 +295,8 @@ def main(arguments: list[str] | None = None) -> list[Section]:
     if unknown:
         parser.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
     command = options.command or COMMAND + (" --quick" if options.quick else "")
+    if options.command is None and parts != list(PARTS):
+        command += f" --parts {','.join(parts)}"
     sections = run(parts, quick=options.quick, command=command)
     publish(sections, destination(options))
     return sections
