@@ -262,6 +262,14 @@ def _memory_precision_cause(memory: ArmFigures) -> str:
     )
 
 
+def _naming(diagnostics: dict[str, Any]) -> str:
+    """How many contract violations still named exactly one answer (and the expected one)."""
+    named = diagnostics.get("violations_naming_one_answer", 0)
+    if not named:
+        return ""
+    return f" ({named} of them naming one answer, {diagnostics.get('violations_naming_the_expected', 0)} the expected)"
+
+
 def _diagnostic_lines(stream: StreamResult) -> list[str]:
     rows = []
     for arm in stream.arms:
@@ -269,7 +277,7 @@ def _diagnostic_lines(stream: StreamResult) -> list[str]:
         if arm.key == "full":
             generated = f"{d.get('generated_correct', 0)}/{d.get('generated', 0)} right, " + (
                 f"{d.get('generated_in_answer_set', 0)} in the answer set, {d.get('generated_no_output', 0)} "
-                "broke the contract"
+                f"broke the contract{_naming(d)}"
             )
             rows.append(f"| {arm.title} | — | — | {generated} | — |")
             continue
@@ -282,7 +290,7 @@ def _diagnostic_lines(stream: StreamResult) -> list[str]:
         habits = f"{d.get('habits_correct', 0)}/{d.get('habits', 0)} right"
         generated = (
             f"{d.get('generated_correct', 0)}/{d.get('generated', 0)} right, {d.get('generated_no_output', 0)} broke "
-            "the contract"
+            f"the contract{_naming(d)}"
             if d.get("generated")
             else "none"
         )

@@ -10,6 +10,7 @@ timings do not cover them.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -148,7 +149,21 @@ def priced_calls(store: TelemetryStore, prices: Prices) -> pl.DataFrame:
     return totals.join(by_role, on="trace_id", how="left")
 
 
-def arm_figures(run: ArmRun, costs: pl.DataFrame, tree: Tree, *, window: int) -> ArmFigures:
+def generated_texts(store: TelemetryStore) -> dict[str, str]:
+    """The text of each trace's last generation call (what the model wrote, kept or not)."""
+    calls = (
+        store.read("calls")
+        .filter(pl.col("role") == "fallback")
+        .sort("created_at", maintain_order=True)
+        .group_by("trace_id", maintain_order=True)
+        .agg(pl.col("content").last())
+    )
+    return {row[0]: row[1] or "" for row in calls.iter_rows()}
+
+
+def arm_figures(
+    run: ArmRun, costs: pl.DataFrame, tree: Tree, *, window: int, texts: dict[str, str] | None = None
+) -> ArmFigures:
     outcomes = run.outcomes
     frame = pl.DataFrame({"trace_id": [o.trace_id for o in outcomes], "position": [o.position for o in outcomes]})
     joined = frame.join(costs, on="trace_id", how="left").fill_null(0).sort("position")
@@ -173,7 +188,7 @@ def arm_figures(run: ArmRun, costs: pl.DataFrame, tree: Tree, *, window: int) ->
         windows=_windows(joined["energy"].to_list(), window),
         memory_windows=_windows([float(o.mode == "memory") for o in outcomes], window) if run.arm.repeating else [],
     )
-    figures.diagnostics = _diagnostics(run, tree)
+    figures.diagnostics = _diagnostics(run, tree, texts or {})
     return figures
 
 
@@ -189,7 +204,7 @@ def _windows(values: Sequence[float], window: int) -> list[tuple[int, float]]:
     return [(first, statistics.fmean(values[first : first + window])) for first in range(0, len(values), window)]
 
 
-def _diagnostics(run: ArmRun, tree: Tree) -> dict[str, Any]:
+def _diagnostics(run: ArmRun, tree: Tree, texts: dict[str, str]) -> dict[str, Any]:
     """Numbers that say where a miss comes from: the judge, the generator, the data, or memory."""
     outcomes = run.outcomes
     out: dict[str, Any] = {}
@@ -202,6 +217,14 @@ def _diagnostics(run: ArmRun, tree: Tree) -> dict[str, Any]:
         out["generated_correct"] = sum(o.correct for o in generated)
         out["generated_no_output"] = sum(o.output is None for o in generated)
         out["generated_in_answer_set"] = sum((o.output or "").strip() in answers for o in generated)
+        # A generation that broke the contract may still name one answer ('The answer is "down"'): how many
+        # named exactly one, and how many of those the expected one. A strict contract is what refuses them.
+        named = [_named_answer(texts.get(o.trace_id, ""), answers) for o in generated if o.output is None]
+        out["violations_naming_one_answer"] = sum(answer is not None for answer in named)
+        out["violations_naming_the_expected"] = sum(
+            answer == o.request.expected
+            for answer, o in zip(named, (o for o in generated if o.output is None), strict=True)
+        )
     habits = [o for o in outcomes if o.mode.startswith("habit/")]
     out["habits"] = len(habits)
     out["habits_correct"] = sum(o.correct for o in habits)
@@ -225,6 +248,12 @@ def _diagnostics(run: ArmRun, tree: Tree) -> dict[str, Any]:
     if run.arm.repeating:
         out.update(_memory_diagnostics(outcomes))
     return out
+
+
+def _named_answer(text: str, answers: set[str]) -> str | None:
+    """The one answer of ``answers`` that ``text`` names as a word (None: none, or several)."""
+    found = {answer for answer in answers if re.search(rf"(?<!\w){re.escape(answer)}(?!\w)", text)}
+    return found.pop() if len(found) == 1 else None
 
 
 def _expected_first_node(tree: Tree, option_id: str) -> str:

@@ -32,7 +32,14 @@ from typing import Any
 from benchmarks._quality_arms import ArmRun, run_arms, runs_from_json, runs_to_json
 from benchmarks._quality_markdown import SECTION, render_section, replace_section
 from benchmarks._quality_plots import plot_stream
-from benchmarks._quality_report import ArmFigures, Prices, arm_figures, fit_prices, priced_calls
+from benchmarks._quality_report import (
+    ArmFigures,
+    Prices,
+    arm_figures,
+    fit_prices,
+    generated_texts,
+    priced_calls,
+)
 from benchmarks._quality_streams import STREAMS, Stream, StreamMissingError, repeating_stream
 from gil_core.ontology import Tree, TreeLintWarning
 from gil_core.telemetry import TelemetryStore
@@ -168,12 +175,13 @@ def report(out_dir: Path) -> QualityResults:
     store = TelemetryStore(out_dir / "store")
     prices = fit_prices(store)  # gil fit-energy over this run's calls, before anything is priced
     costs = priced_calls(store, prices)
+    texts = generated_texts(store)
     for result in streams:
         if result.skipped is not None:
             continue
         tree = _tree(loaded[result.name])
         stream_runs = [arm_run for arm_run in runs if arm_run.stream == result.name]
-        result.arms = [arm_figures(arm_run, costs, tree, window=sizes.window) for arm_run in stream_runs]
+        result.arms = [arm_figures(arm_run, costs, tree, window=sizes.window, texts=texts) for arm_run in stream_runs]
         result.plot = plot_stream(
             result.title, result.arms, sizes.window, out_dir / "plots" / f"quality-{result.name}.png", unit="ms"
         )
