@@ -98,11 +98,8 @@ class Resolver:
         self._diagnostics = diagnostics or default_diagnostics()
         prices = energy or EnergyModel.tokens()
         self._chat = CallRecorder(chat, sink=store, energy=prices, diagnostics=self._diagnostics)
-        self._fallback_chat = (
-            CallRecorder(fallback_chat, sink=store, energy=prices, diagnostics=self._diagnostics)
-            if fallback_chat is not None
-            else None
-        )
+        spare = fallback_chat and CallRecorder(fallback_chat, sink=store, energy=prices, diagnostics=self._diagnostics)
+        self._fallback_chat: ChatModel | None = spare
         self._client = client
         self._provider = provider
         self._stacks: dict[tuple[str, str], ChatModel] = {}
@@ -128,10 +125,9 @@ class Resolver:
     ) -> Resolution:
         """Resolve one request. The trace and its calls are durable when this returns.
 
-        ``do_not_record`` (or the task's policy) keeps the request's text out of every table, log and cache:
-        the trace keeps mode, path, confidence, energy and failure, but no request, output or remembered
-        source text; its calls keep counts and price but no content; the request cache and the operation log
-        do not see it; feedback on it teaches habit statistics but never memory.
+        ``do_not_record`` (or the task's policy) keeps the request's text out of every table, log and cache: the
+        trace keeps mode, path, confidence, energy and failure, not the request or output; calls keep counts and
+        price, not content; feedback on it teaches habit statistics, never memory (see README, ``do_not_record``).
         """
         trace_id = trace_id or uuid.uuid4().hex
         private = do_not_record or task.policy.do_not_record
@@ -230,23 +226,9 @@ class Resolver:
         """The task's per-entry evidence, read off the log once and then kept current by ``feedback``."""
         evidence = self._evidence_by_task.get(task.name)
         if evidence is None:
-            evidence = MemoryEvidence()
-            judged = (
-                self._store.scan("traces")
-                .filter(
-                    (pl.col("task") == task.name)
-                    & (pl.col("mode") == "memory")
-                    & pl.col("feedback_verdict").is_not_null()
-                )
-                .select("trace_id", "recall", "feedback_verdict", "created_at")
-                .sort("created_at")
-                .collect()
+            evidence = self._evidence_by_task[task.name] = MemoryEvidence.from_log(
+                self._store.scan("traces"), task.name
             )
-            for row in judged.iter_rows(named=True):
-                source = (json.loads(row["recall"]) or {}).get("source") if row["recall"] else None
-                if source is not None:
-                    evidence.record(row["trace_id"], source, row["feedback_verdict"] == "correct")
-            self._evidence_by_task[task.name] = evidence
         return evidence
 
     async def _lookup(self, task: TaskDefinition, text: str) -> tuple[Recall | None, MemoryOutcome]:
@@ -462,8 +444,7 @@ class Resolver:
             self._recent.popitem(last=False)
 
     def _chat_for(self, task: TaskDefinition) -> ChatModel:
-        """The recorded chat model behind the task's client stack (cache → log → limiter), made once per
-        task and configuration."""
+        """The recorded chat model behind the task's client stack (cache → log → limiter), one per schema."""
         client = self._client
         if client is None or (client.cache is None and client.log is None and client.limiter is None):
             return self._chat

@@ -12,8 +12,11 @@ as verdicts arrive; a later verdict on the same trace replaces the earlier one.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
+
+import polars as pl
 
 from gil_core.errors import ConfigurationError
 
@@ -57,6 +60,24 @@ class MemoryEvidence:
 
     entries: dict[str, EntryEvidence] = field(default_factory=dict)
     _verdicts: dict[str, tuple[str, bool]] = field(default_factory=dict)
+
+    @classmethod
+    def from_log(cls, traces: pl.LazyFrame, task: str) -> MemoryEvidence:
+        """The evidence of ``task`` in a traces table: its memory hits with a verdict, in request order."""
+        evidence = cls()
+        judged = (
+            traces.filter(
+                (pl.col("task") == task) & (pl.col("mode") == "memory") & pl.col("feedback_verdict").is_not_null()
+            )
+            .select("trace_id", "recall", "feedback_verdict", "created_at")
+            .sort("created_at")
+            .collect()
+        )
+        for row in judged.iter_rows(named=True):
+            source = (json.loads(row["recall"]) or {}).get("source") if row["recall"] else None
+            if source is not None:
+                evidence.record(row["trace_id"], source, row["feedback_verdict"] == "correct")
+        return evidence
 
     def record(self, trace_id: str, source: str, correct: bool) -> None:
         """A verdict on the hit ``trace_id`` served from ``source``; a later verdict on a trace replaces it."""
