@@ -72,7 +72,10 @@ async def memory_matches_history(resolver: Resolver, memory: Memory, task: str) 
     """Memory holds exactly what the store's feedback history confirms; returns how many entries that is."""
     planned = {entry.key: (entry.text, entry.answer) for entry in plan_memory(resolver.feedback_history(task))}
     held = {entry.key: (entry.text, entry.answer) for entry in await memory.entries(task)}
-    assert held == planned
+    missing = {key: planned[key] for key in planned.keys() - held.keys()}
+    extra = {key: held[key] for key in held.keys() - planned.keys()}
+    changed = {key: (held[key], planned[key]) for key in held.keys() & planned.keys() if held[key] != planned[key]}
+    assert held == planned, f"memory lacks {missing}, holds beyond the history {extra}, differs on {changed}"
     return len(held)
 
 

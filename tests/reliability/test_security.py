@@ -54,7 +54,7 @@ HOSTILE_TENANTS = ["alpha' OR '1'='1", "Alpha", "alpha ", "alpha\x00", "*"]
 
 
 async def test_no_other_tenant_gets_alphas_memory_hit_or_cache_entry_whatever_its_name(tmp_path: Path) -> None:
-    """Through ``open_runtime`` (cache and limiter on, as configured by default): alpha's confirmed answer and
+    """Through ``open_runtime`` (its request cache on, as by default): alpha's confirmed answer and
     alpha's cached judgments serve alpha only; tenants named to collide with it, or to inject into the memory's
     filter, each pay their own model calls and never see a memory hit."""
     with support_server({REFUND_QUESTION: Script(route=["billing", "refund status"])}) as server:

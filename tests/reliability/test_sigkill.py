@@ -91,11 +91,6 @@ def test_apply_feedback_killed_midway_then_rerun_keeps_every_acknowledged_verdic
     check_after_rerun(tmp_path, task_file, verdicts)
 
 
-@pytest.mark.xfail(
-    reason="open (RELIABILITY.md, open finding 1): the rerun re-teaches memory every stored verdict, but in this "
-    "scenario the re-taught verdict's embedding request is still refused by the scripted server after the hang",
-    strict=False,
-)
 def test_apply_feedback_killed_while_memory_learns_then_rerun_makes_memory_agree(tmp_path: Path) -> None:
     """The verdict row is durable before memory learns it: kill the child while its memory write hangs on the
     embedding endpoint, and the rerun must still leave memory holding what the history confirms."""
@@ -110,7 +105,8 @@ def test_apply_feedback_killed_while_memory_learns_then_rerun_makes_memory_agree
         with reaped(child):
             store = TelemetryStore(tmp_path / "store")
             deadline = time.monotonic() + 120
-            while trace_ids[0] not in given_verdicts(store):
+            # The verdict row is written, and memory's embedding request has reached the server and hangs there.
+            while trace_ids[0] not in given_verdicts(store) or server.pending:
                 assert child.poll() is None and time.monotonic() < deadline, child.communicate()[1]
                 time.sleep(0.05)
             os.kill(child.pid, signal.SIGKILL)
