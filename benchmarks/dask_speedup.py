@@ -62,7 +62,7 @@ def run_arm(tickets: Path, count: int, workers: int, budget: int, latency: float
     started = time.perf_counter()
     with (
         LocalCluster(
-            n_workers=workers, processes=True, threads_per_worker=1, host="127.0.0.1", dashboard_address=None
+            n_workers=workers, processes=True, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0"
         ) as cluster,
         Client(cluster) as client,
     ):

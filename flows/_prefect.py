@@ -67,7 +67,7 @@ def batch_task_runner(kind: RunnerKind, workers: int, scheduler: str | None = No
             "processes": True,
             "threads_per_worker": 1,
             "host": "127.0.0.1",
-            "dashboard_address": None,
+            "dashboard_address": "127.0.0.1:0",  # its HTTP server binds anyway: loopback, a free port
             "silence_logs": logging.WARNING,
         }
         runner = DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=cluster)
