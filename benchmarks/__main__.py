@@ -138,6 +138,8 @@ def main(arguments: list[str] | None = None) -> int:
         parser.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
     target = destination(options)
     command = RUNNER_COMMAND + (" --quick" if options.quick else "")
+    if parts != list(PARTS):
+        command += f" --parts {','.join(parts)}"
     skip_local = os.environ.get("GIL_SKIP_LOCAL_MODEL") == "1"
     seconds: dict[str, float] = {}
     failed: list[str] = []

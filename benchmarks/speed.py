@@ -71,7 +71,12 @@ FULL = Sizes(
     profiled=100,
     remembered=1000,
     lookup=LookupSizes(
-        (10_000, 100_000, 1_000_000), queries=200, slow_queries=30, flat_limit=100_000, index_from=100_000
+        (10_000, 100_000, 1_000_000),
+        queries=200,
+        timed_queries=100,
+        slow_queries=30,
+        flat_limit=100_000,
+        index_from=100_000,
     ),
     append_rows=100_000,
     commits=200,
@@ -82,7 +87,7 @@ QUICK = Sizes(
     batch=60,
     profiled=20,
     remembered=200,
-    lookup=LookupSizes((10_000,), queries=20, slow_queries=20, flat_limit=10_000, index_from=10_000),
+    lookup=LookupSizes((10_000,), queries=20, timed_queries=20, slow_queries=20, flat_limit=10_000, index_from=10_000),
     append_rows=10_000,
     commits=20,
     prefix_requests=3,
@@ -257,26 +262,39 @@ def resolver_section(figures: ResolverFigures, command: str) -> Section:
 def run(parts: Sequence[str], *, quick: bool, command: str) -> list[Section]:
     """Measure ``parts`` (in this module's order) and return their sections."""
     sizes = QUICK if quick else FULL
+    if "prefix" in parts and os.environ.get("GIL_SKIP_LOCAL_MODEL") == "1":
+        _log("prompt prefix reuse skipped: GIL_SKIP_LOCAL_MODEL=1")
+        parts = [part for part in parts if part != "prefix"]
     sections = []
     with tempfile.TemporaryDirectory(prefix="gil-bench-speed-") as workdir:
         root = Path(workdir)
-        if "resolver" in parts:
-            _log("resolver overhead")
-            sections.append(resolver_section(asyncio.run(measure_resolver(sizes, root / "resolver")), command))
-        if "memory" in parts:
-            _log(f"memory lookup at {', '.join(f'{size:,}' for size in sizes.lookup.sizes)} entries")
-            sections.append(memory_lookup_section(asyncio.run(measure_lookup(sizes.lookup)), command))
-        if "telemetry" in parts:
-            _log("telemetry appends and commits")
-            figures = measure_telemetry(sizes.append_rows, sizes.commits, root / "telemetry")
-            sections.append(telemetry_section(figures, command))
-        if "prefix" in parts:
-            if os.environ.get("GIL_SKIP_LOCAL_MODEL") == "1":
-                _log("prompt prefix reuse skipped: GIL_SKIP_LOCAL_MODEL=1")
-            else:
-                _log("prompt prefix reuse on the local server")
-                prefix = asyncio.run(measure_prefix(sizes.prefix_requests, root / "prefix"))
-                sections.append(prefix_section(prefix, command))
+        measures: dict[str, tuple[str, Callable[[], Section]]] = {
+            "resolver": (
+                "resolver overhead",
+                lambda: resolver_section(asyncio.run(measure_resolver(sizes, root / "resolver")), command),
+            ),
+            "memory": (
+                f"memory lookup at {', '.join(f'{size:,}' for size in sizes.lookup.sizes)} entries",
+                lambda: memory_lookup_section(asyncio.run(measure_lookup(sizes.lookup)), command),
+            ),
+            "telemetry": (
+                "telemetry appends and commits",
+                lambda: telemetry_section(
+                    measure_telemetry(sizes.append_rows, sizes.commits, root / "telemetry"), command
+                ),
+            ),
+            "prefix": (
+                "prompt prefix reuse on the local server",
+                lambda: prefix_section(asyncio.run(measure_prefix(sizes.prefix_requests, root / "prefix")), command),
+            ),
+        }
+        for part in PARTS:
+            if part in parts:
+                what, measure = measures[part]
+                _log(what)
+                started = time.perf_counter()
+                sections.append(measure())
+                _log(f"{what}: {time.perf_counter() - started:.0f} s")
     return sections
 
 
