@@ -353,8 +353,8 @@ def table(timings: dict[str, Timing], *, stats_label: str) -> str:
             f"Target: stats under 1 s — this run {verdict} ({stats.wall:.3f} s wall, store as written). Where the",
             f"time goes (CPU): reading the 7 columns takes {read:.3f} s; keeping the last row per `trace_id` across",
             f"the files adds {scan - read:.3f} s ({scan / read:.1f}× the plain read in all); the stats themselves add",
-            f"{stats.cpu - scan:.3f} s. Wall time is below CPU time because Polars runs on both cores; other load",
-            "on the machine stretches it.",
+            f"{stats.cpu - scan:.3f} s. Polars runs on both cores, so wall time can be below CPU time; other load",
+            "on the machine stretches wall time.",
         ]
     )
 
