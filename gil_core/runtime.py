@@ -21,6 +21,7 @@ from gil_core.maintenance import ENERGY_META_KEY
 from gil_core.memory import CircuitBreakingMemory, LanceDBMemory, Memory
 from gil_core.resolver import Resolver
 from gil_core.settings import ClientParts, load_settings
+from gil_core.storage import is_object_store, load_s3_settings
 from gil_core.taskfile import ModelSpec, TaskFile
 from gil_core.telemetry import EnergyModel, TelemetryStore
 from gil_core.testing import HashEmbeddingModel
@@ -100,9 +101,12 @@ async def open_runtime(
     """Open the task file's models, memory and store. ``chat`` replaces the named chat model (tests, benchmarks).
 
     Calls are priced with ``energy``, else with the coefficients last fitted into the store, else by tokens.
+    A store or memory at an ``s3://`` URI is reached with the ``GIL_S3_*`` settings of this process, read once
+    here: each process (a Dask worker too) takes endpoint and keys from its own environment, never from a caller.
     """
     async with AsyncExitStack() as stack:
-        store = TelemetryStore(task_file.store)
+        s3 = load_s3_settings() if is_object_store(task_file.store) or is_object_store(task_file.memory) else None
+        store = TelemetryStore(task_file.store, s3=s3)
         prices = energy or load_fitted_energy(store) or EnergyModel.tokens()
         chat_model = chat or await _chat_model(task_file.chat_model, stack)
         embedder = await _embedding_model(task_file.embedding_model, stack)
@@ -112,7 +116,7 @@ async def open_runtime(
             # request until its cooldown ends (memory is a cache in front of the tree; a miss costs no answer).
             # Verdicts are still learnt (tried every time): they are rare, and memory must agree with them.
             memory = CircuitBreakingMemory(
-                LanceDBMemory(task_file.memory, EmbeddingRecorder(embedder, sink=store, energy=prices)),
+                LanceDBMemory(task_file.memory, EmbeddingRecorder(embedder, sink=store, energy=prices), s3=s3),
                 guard_writes=False,
             )
         reflex = EmbeddingRecorder(embedder, sink=store, energy=prices) if embedder is not None else None

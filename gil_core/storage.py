@@ -196,25 +196,32 @@ def is_object_store(where: str | Path) -> bool:
 def location(where: str | Path) -> str | Path:
     """``where`` as a store location: an ``s3://bucket/prefix`` string (no trailing slash) or a local ``Path``.
 
-    Raises ``ConfigurationError`` for another scheme, an ``s3://`` URI without a bucket or with credentials in
-    it, and for a ``Path`` built from an ``s3://`` string (pathlib folds ``//`` into ``/``: pass the string).
+    Raises ``ConfigurationError`` for another scheme, an ``s3://`` URI without a bucket, with credentials, a
+    query or a fragment in it, and for a ``Path`` built from an ``s3://`` string (pathlib folds ``//`` into ``/``:
+    pass the string).
     """
     if isinstance(where, Path):
         if any(part.lower() == "s3:" for part in where.parts):
             raise ConfigurationError(
-                f"{where}: looks like an s3:// URI that went through pathlib.Path; pass the URI as a string"
+                f"{where}: looks like an s3:// URI that lost a slash (pathlib.Path folds // into /): "
+                "pass the URI as a string, s3://bucket/prefix"
             )
         return where
     found = _SCHEME.match(where)
     if found is None:
         return Path(where)
     if found.group(0).lower() != OBJECT_STORE_SCHEME:
-        raise ConfigurationError(f"{found.group(1)}:// is not supported: a store is a local folder or s3://bucket/…")
+        raise ConfigurationError(
+            f"{found.group(1)}:// is not supported: a store or memory is a local folder or s3://bucket/prefix"
+        )
     parts = urlsplit(where)
     if "@" in parts.netloc:
         raise ConfigurationError("an s3:// location may not carry credentials; set GIL_S3_* instead")
     if not parts.netloc:
         raise ConfigurationError(f"{where}: an s3:// location names a bucket (s3://bucket/prefix)")
+    if "?" in where or "#" in where:
+        # urlsplit would cut the prefix there silently: the store would land elsewhere than the URI says
+        raise ConfigurationError(f"{where}: an s3:// location is s3://bucket/prefix, without a ?query or #fragment")
     return f"{OBJECT_STORE_SCHEME}{parts.netloc}/{parts.path.strip('/')}".rstrip("/")
 
 

@@ -1,7 +1,8 @@
 """Task files: one YAML file names a task, its tree, language, contract, thresholds, models and store.
 
 Every key is documented in the README ("Task file"). Errors name the file, the line and the key.
-Paths in a task file are relative to the file itself.
+Paths in a task file are relative to the file itself; ``store`` and ``memory`` may also be ``s3://bucket/prefix``
+URIs, kept as strings (a ``Path`` would fold their ``//``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from gil_core.fallback.contracts import Contract
 from gil_core.language import ENGLISH, KOREAN, PromptLanguage
 from gil_core.ontology import Tree, load_tree
 from gil_core.settings import GilSettings, load_settings
+from gil_core.storage import location
 from gil_core.tasks import TaskDefinition, TaskPolicy
 from gil_core.traverse import Thresholds
 
@@ -48,14 +50,15 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class TaskFile:
-    """A loaded task file: the task itself plus where it runs."""
+    """A loaded task file: the task itself plus where it runs. ``store`` and ``memory`` are local folders
+    (``Path``) or ``s3://bucket/prefix`` strings (``gil_core.storage.location``)."""
 
     task: TaskDefinition
     path: Path
     chat_model: ModelSpec
     embedding_model: ModelSpec
-    store: Path
-    memory: Path
+    store: str | Path
+    memory: str | Path
     concurrency: int = 4
     order_seed: str | None = None
     client: dict[str, Any] = field(default_factory=dict)
@@ -87,8 +90,8 @@ _KEYS = {
     "examples": "list of example answers shown to generation",
     "chat_model": "local | {url, name, api_key_env}",
     "embedding_model": "local | hash | none | {url, name, api_key_env}",
-    "store": "telemetry store directory",
-    "memory": "memory directory (LanceDB)",
+    "store": "telemetry store: a directory or s3://bucket/prefix",
+    "memory": "memory (LanceDB): a directory or s3://bucket/prefix",
     "concurrency": "model calls in flight during a batch",
     "order_seed": "seed that shuffles judge candidates per request",
     "do_not_record": "true: requests of this task are never written with their text",
@@ -130,7 +133,10 @@ def parse_task_file(text: str, *, path: Path, overrides: dict[str, Any] | None =
                     key=key.value,
                 )
             lines[key.value] = key.start_mark.line + 1
-    data.update({key: value for key, value in (overrides or {}).items() if value is not None})
+    overridden = {key: value for key, value in (overrides or {}).items() if value is not None}
+    data.update(overridden)
+    for key in overridden:
+        lines.pop(key, None)  # an error in an override names no line of the file: the value is not there
     reader = _Reader(where, lines, data, path.parent)
     return reader.task_file(path)
 
@@ -161,6 +167,11 @@ class _Reader:
     def path(self, key: str, default: str) -> Path:
         value = Path(self.get(key, str, default))
         return value if value.is_absolute() else self.base / value
+
+    def location(self, key: str, default: str) -> str | Path:
+        """An ``s3://`` URI as written (normalised), or a folder relative to the task file."""
+        value = self.get(key, (str, Path), default)
+        return _location(value, self.base, path=self.where, key=key, line=self.lines.get(key))
 
     def model(self, key: str, default: str) -> ModelSpec:
         value = self.data.get(key, default)
@@ -291,8 +302,8 @@ class _Reader:
             path=path,
             chat_model=self.model("chat_model", "local"),
             embedding_model=self.model("embedding_model", "local"),
-            store=self.path("store", ".gil/store"),
-            memory=self.path("memory", ".gil/memory"),
+            store=self.location("store", ".gil/store"),
+            memory=self.location("memory", ".gil/memory"),
             concurrency=concurrency,
             order_seed=self.get("order_seed", str, None),
             client=self.client(),
@@ -312,6 +323,22 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _location(value: str | Path, base: Path, *, path: str, key: str, line: int | None = None) -> str | Path:
+    """``value`` as a store location (``gil_core.storage.location``), a relative folder joined to ``base``."""
+    try:
+        where = location(value)
+        if isinstance(where, Path):
+            # again as a Path: a string like s3:/bucket (one slash) is no URI, and no folder anyone meant
+            location(where)
+    except ConfigurationError as exc:
+        raise TaskFileError(str(exc), path=path, line=line, key=key) from None
+    return where if isinstance(where, str) or where.is_absolute() else base / where
+
+
 def with_overrides(task_file: TaskFile, **changes: Any) -> TaskFile:
-    """A copy of ``task_file`` with fields replaced (CLI flags applied after loading)."""
+    """A copy of ``task_file`` with fields replaced (CLI flags applied after loading). ``store`` and ``memory``
+    are checked as in the file: an ``s3://`` string stays one, a relative folder is relative to the task file."""
+    for key in ("store", "memory"):
+        if key in changes:
+            changes[key] = _location(changes[key], task_file.path.parent, path=str(task_file.path), key=key)
     return replace(task_file, **changes)

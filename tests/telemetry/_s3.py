@@ -51,6 +51,24 @@ def s3_settings(endpoint: str, **overrides: Any) -> S3Settings:
     return load_s3_settings(**(values | overrides))
 
 
+def environment_for(endpoint: str) -> dict[str, str]:
+    """The ``GIL_S3_*`` variables that make the settings ``s3_settings(endpoint)`` makes: what a process, and the
+    worker processes it starts, read theirs from."""
+    return {
+        "GIL_S3_ENDPOINT": endpoint,
+        "GIL_S3_ACCESS_KEY_ID": ACCESS_KEY_ID,
+        "GIL_S3_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
+        "GIL_S3_REGION": "us-east-1",
+        "GIL_S3_ALLOW_HTTP": "true",
+    }
+
+
+def assert_no_key(*texts: str) -> None:
+    """Neither test key appears in any of ``texts``."""
+    for text in texts:
+        assert ACCESS_KEY_ID not in text and SECRET_ACCESS_KEY not in text, text[:2000]
+
+
 def new_bucket(endpoint: str) -> str:
     """Create a bucket with a fresh name (tests share the server's state) and return the name."""
     from pyarrow import fs

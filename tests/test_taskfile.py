@@ -1,0 +1,125 @@
+"""Task files name where the store and memory live: a folder relative to the file, or an ``s3://bucket/prefix``
+URI kept whole from the file (or an override) to the runtime; a location that cannot be one is an error naming
+the file, the line and the key."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gil_core.runtime import open_runtime
+from gil_core.taskfile import TaskFileError, load_task_file, with_overrides
+from gil_core.telemetry import TelemetryStore
+from gil_core.testing import ScriptedOpenAIServer
+from tests.flows._support import write_task_file
+from tests.resolver._support import Script, SupportModel
+from tests.telemetry._s3 import ACCESS_KEY_ID, SECRET_ACCESS_KEY, assert_no_key, environment_for, new_bucket, serve_s3
+
+UNUSED = "http://127.0.0.1:9/v1"
+
+
+def key_line(task: Path, key: str) -> int:
+    lines = task.read_text(encoding="utf-8").splitlines()
+    return next(number for number, text in enumerate(lines, start=1) if text.startswith(f"{key}:"))
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        ("s3://bucket/gil/store", "s3://bucket/gil/store"),
+        ("s3://bucket/gil/store/", "s3://bucket/gil/store"),
+        ("S3://bucket//gil/store", "s3://bucket/gil/store"),
+        ("s3://bucket", "s3://bucket"),
+    ],
+)
+def test_an_s3_store_and_memory_stay_uris(written: str, expected: str, tmp_path: Path) -> None:
+    loaded = load_task_file(write_task_file(tmp_path, UNUSED, store=written, memory=written.replace("store", "mem")))
+    assert loaded.store == expected and isinstance(loaded.store, str)
+    assert loaded.memory == expected.replace("store", "mem")
+
+
+def test_local_folders_are_relative_to_the_task_file_wherever_the_process_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "tasks").mkdir()
+    monkeypatch.chdir(tmp_path)
+    task = write_task_file(tmp_path / "tasks", UNUSED, store="state/store", memory=str(tmp_path / "abs" / "memory"))
+    loaded = load_task_file(Path("tasks") / task.name)
+    assert loaded.store == Path("tasks") / "state" / "store"
+    assert loaded.memory == tmp_path / "abs" / "memory"
+    defaults = write_task_file(tmp_path, UNUSED)
+    text = "".join(
+        line for line in defaults.read_text().splitlines(keepends=True) if not line.startswith(("store", "memory"))
+    )
+    defaults.write_text(text)
+    assert load_task_file(defaults).store == tmp_path / ".gil" / "store"
+
+
+def test_overrides_replace_the_files_locations_and_keep_uris(tmp_path: Path) -> None:
+    task = write_task_file(tmp_path, UNUSED)
+    loaded = load_task_file(task, store="s3://bucket/over/store", memory="elsewhere/memory")
+    assert (loaded.store, loaded.memory) == ("s3://bucket/over/store", tmp_path / "elsewhere" / "memory")
+    changed = with_overrides(loaded, store="s3://other/x/", memory=Path("m"))
+    assert (changed.store, changed.memory) == ("s3://other/x", tmp_path / "m")
+
+
+BAD_LOCATIONS = {
+    "no bucket": ("s3://", "names a bucket"),
+    "no bucket, a prefix": ("s3:///store", "names a bucket"),
+    "another scheme": ("gs://bucket/store", "gs:// is not supported"),
+    "one slash": ("s3:/bucket/store", "s3://"),
+    "a query": ("s3://bucket/store?versionId=1", "without a ?query"),
+    "keys in the uri": (f"s3://{ACCESS_KEY_ID}:{SECRET_ACCESS_KEY}@bucket/store", "may not carry credentials"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_LOCATIONS))
+@pytest.mark.parametrize("key", ["store", "memory"])
+def test_a_location_that_cannot_be_one_names_file_line_and_key(name: str, key: str, tmp_path: Path) -> None:
+    written, words = BAD_LOCATIONS[name]
+    task = write_task_file(tmp_path, UNUSED, **{key: written})
+    with pytest.raises(TaskFileError) as raised:
+        load_task_file(task)
+    message = str(raised.value)
+    assert message.startswith(f"{task}:{key_line(task, key)}: {key}: ") and words in message
+    assert_no_key(message)
+
+
+def test_a_bad_override_names_the_file_and_key_but_no_line_of_it(tmp_path: Path) -> None:
+    task = write_task_file(tmp_path, UNUSED)
+    with pytest.raises(TaskFileError, match=rf"^{task}: store: gs:// is not supported"):
+        load_task_file(task, store="gs://bucket/store")
+    with pytest.raises(TaskFileError, match=rf"^{task}: memory: .*names a bucket"):
+        with_overrides(load_task_file(task), memory="s3://")
+
+
+s3_endpoint = pytest.fixture(scope="module")(serve_s3)
+
+
+@pytest.fixture
+def s3_environment(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    for name, value in environment_for(s3_endpoint).items():
+        monkeypatch.setenv(name, value)
+    yield new_bucket(s3_endpoint)
+
+
+@pytest.mark.s3
+async def test_a_task_file_on_s3_opens_its_runtime_there_with_the_environments_settings(
+    s3_environment: str, tmp_path: Path
+) -> None:
+    bucket = s3_environment
+    store, memory = f"s3://{bucket}/gil/store", f"s3://{bucket}/gil/memory"
+    text = "where is my refund"
+    with ScriptedOpenAIServer(responder=SupportModel({text: Script(route=["billing", "refund status"])})) as server:
+        loaded = load_task_file(write_task_file(tmp_path, server.base_url, store=store, memory=memory))
+        async with open_runtime(loaded) as runtime:
+            assert runtime.store.location == store
+            trace = await runtime.resolver.resolve(loaded.task, text)
+            await runtime.resolver.feedback(loaded.task, trace.trace_id, correct=True)
+        async with open_runtime(loaded) as runtime:
+            again = await runtime.resolver.resolve(loaded.task, text)
+    assert again.mode == "memory" and again.output == trace.output
+    assert TelemetryStore(store).read("traces")["trace_id"].to_list() == [trace.trace_id, again.trace_id]
+    assert not (tmp_path / "s3:").exists() and not any(tmp_path.glob("**/gil/store"))
