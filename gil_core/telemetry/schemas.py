@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from functools import cache
+from json.scanner import make_scanner
 from typing import Annotated, Any
 
 import pandera.polars as pa
@@ -53,14 +54,32 @@ _PROBABILITY = {"min_value": 0.0, "max_value": _PROBABILITY_MAX}
 UtcTimestamp = Annotated[pl.Datetime, "us", "UTC"]
 
 
+# The scanner json.loads runs, without its per-call wrapping (typeshed types make_scanner as taking itself).
+_SCAN: Callable[[str, int], tuple[Any, int]] = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+_WHITESPACE = " \t\n\r"
+_UNIQUE_FROM = 64  # rows from which checking each distinct value once is cheaper than checking every value
+
+
 def _is_json(value: str | None) -> bool:
+    """Whether ``json.loads(value)`` succeeds (None passes). A value that neither starts nor ends with
+    whitespace is scanned directly, as ``json.loads`` would scan it (twice as fast); others go through it."""
     if value is None:
         return True
     try:
+        if value and value[0] not in _WHITESPACE and value[-1] not in _WHITESPACE:
+            return bool(_SCAN(value, 0)[1] == len(value))
         json.loads(value)
-    except ValueError:
+    except (StopIteration, ValueError):
         return False
     return True
+
+
+def _all_json(column: pl.Series) -> bool:
+    """Whether every value of ``column`` is None or JSON; a long column checks each distinct value once."""
+    values = column.drop_nulls()
+    if len(values) >= _UNIQUE_FROM:
+        values = values.unique()
+    return all(_is_json(value) for value in values.to_list())
 
 
 def _json_check(data: pa.PolarsData) -> pl.LazyFrame:
@@ -366,7 +385,7 @@ class _Plan:
             return False
         if self.passes and not all(frame.select(self.passes).row(0)):
             return False
-        return all(_is_json(value) for name in self.json_columns for value in frame.get_column(name))
+        return all(_all_json(frame.get_column(name)) for name in self.json_columns)
 
 
 @cache
