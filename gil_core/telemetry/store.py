@@ -11,10 +11,28 @@ Durability model
   write-order stamp). Locally it is written under a temporary dot-name in the same folder, flushed and
   ``os.fsync``-ed, ``os.replace``-d to its final name, then the folder is ``os.fsync``-ed. On object storage it
   is one PUT of the whole object under its final name (S3 shows an object whole or not at all, and answers the
-  PUT only once the object is stored). Returning from ``append`` (and so from ``record_trace``/``record_calls``)
-  means acknowledged: the rows survive a SIGKILL of the writer. Readers list final names only (``*.parquet``,
-  never dot-names), so they never see a half-written file. Names are unique (pid + randomness), so two
-  processes appending at once never collide and nothing is lost.
+  PUT only once the object is stored). Outside a commit group, returning from ``append`` (and so from
+  ``record_trace``/``record_calls``) means acknowledged: the rows survive a SIGKILL of the writer. Readers list
+  final names only (``*.parquet``, never dot-names), so they never see a half-written file. Names are unique
+  (pid + randomness), so two processes appending at once never collide and nothing is lost.
+* **One request, several tables.** ``append_many`` (and ``record_trace``, which writes a request's calls, trace
+  and walk counters through it) validates every table first, then writes one file per table in ``WRITE_ORDER``:
+  ``calls`` before ``traces``, so a visible trace always has its calls, and the counters after the trace. A
+  writer killed between two of those files leaves the earlier ones: calls without their trace (harmless: the
+  request is resolved again), or a trace without its counters (the walk's counters undercount by one request).
+* **Group commit.** Inside ``with store.group_commit(max_rows=…, max_delay_s=…):`` an append is typed at once
+  (unknown columns and wrong types raise to the caller) and queued; returning from it does NOT mean durable.
+  A flush takes the whole queue, validates each table's combined rows once, and writes ONE file per table in
+  ``WRITE_ORDER`` (same atomic write as above; the flush lock keeps one group's files before the next's). It
+  runs when ``max_rows`` rows are queued, when the oldest queued append has waited ``max_delay_s`` (a
+  background thread), on ``flush()``, before this store object's ``read``/``scan``/``stats`` (a process always
+  reads its own writes), and on leaving the block. Acknowledged means flushed: ``flush()`` or leaving the block
+  returned, or ``on_flush`` reported the rows. A SIGKILL loses what was queued and not flushed, never leaves a
+  partial file, and leaves a flush cut between two tables as above (per group instead of per request). Appends
+  whose rows fail validation at flush time are left out whole (every table of that append), the rest is
+  written, and the next ``flush()`` or the block's exit raises one ``SchemaViolationError`` naming the table and
+  each rejected append (its key values). Batches use it (``gil_core.batch.resolve_batch``): a ticket counts as
+  resolved once its trace is flushed, and a rerun resolves again the tickets whose trace never was.
 * **Supersede.** Every stored row carries an internal ``_seq`` column (the ns write stamp, monotonic within
   a process; ``read``/``scan`` drop it). In a keyed table (``schemas.KEYS``: ``traces`` by ``trace_id``,
   ``calls`` by ``call_id``, ``run_configs`` by ``task``, ``store_meta`` by ``key``, …) the row with the
@@ -47,22 +65,34 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import polars as pl
 
-from gil_core.errors import GilError, SchemaViolationError, TelemetryError
+from gil_core.errors import ConfigurationError, GilError, SchemaViolationError, TelemetryError
 from gil_core.storage import Folder, LocalFolder, ObjectFolder, S3Settings, load_s3_settings, location
+from gil_core.telemetry._group import (
+    WRITE_ORDER,
+    CommitGroup,
+    Flusher,
+    FlushListener,
+    Pending,
+    QueuedAppend,
+    combined_rejection,
+    prepare,
+)
+from gil_core.telemetry._rows import call_row, conform, conformable, trace_row
 from gil_core.telemetry.records import CallRecord, TraceRecord
-from gil_core.telemetry.schemas import COUNTERS, DTYPES, KEYS, NULLABLE, TABLES, validate_frame
+from gil_core.telemetry.schemas import COUNTERS, DTYPES, KEYS, TABLES, validate_frame
 from gil_core.telemetry.stats import HabitTree, Stats, compute_stats
 
 if TYPE_CHECKING:
@@ -77,6 +107,7 @@ _REPLACES = "gil.replaces"
 _SEQ_RANGE = "gil.seq_range"
 _READ_ATTEMPTS = 20
 _T = TypeVar("_T")
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +143,11 @@ class TelemetryStore:
         self._compacted: dict[str, _Compacted] = {}  # compacted file (source) → its metadata (immutable)
         self._seq_lock = threading.Lock()
         self._last_seq = 0
+        self._queue_lock = threading.Lock()  # the open group's queue, listeners and rejections
+        self._flush_lock = threading.RLock()  # one flush at a time: files of one group precede the next group's
+        self._group: CommitGroup | None = None
+        self._flusher: Flusher | None = None
+        self._rejected: list[SchemaViolationError] = []
 
     def __repr__(self) -> str:
         return f"TelemetryStore({str(self._location)!r})"
@@ -133,19 +169,29 @@ class TelemetryStore:
     # -- the sink ---------------------------------------------------------------------------------------
 
     def record_calls(self, calls: Sequence[CallRecord]) -> None:
-        """Append one ``calls`` row per record; returning means they are durable."""
+        """Append one ``calls`` row per record; returning means they are durable (in a group: queued)."""
         if calls:
-            self.append("calls", [_call_row(call) for call in calls])
+            self.append("calls", [call_row(call) for call in calls])
 
-    def record_trace(self, trace: TraceRecord, calls: Sequence[CallRecord] = ()) -> dict[str, Any]:
-        """Append the calls, then the trace (a visible trace always has its calls); returning = both durable.
+    def record_trace(
+        self,
+        trace: TraceRecord,
+        calls: Sequence[CallRecord] = (),
+        *,
+        extra_rows: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    ) -> dict[str, Any]:
+        """Append the trace, its calls and ``extra_rows`` (other tables' rows of the same request, e.g. its walk's
+        counters) as one unit (``append_many``): the calls are written before the trace, so a visible trace
+        always has its calls; returning = all durable (in a group: queued, durable once the group flushes).
 
         Recording a ``trace_id`` again supersedes the earlier row (that is how feedback updates a trace).
         Returns the trace's row as written (JSON columns as text), which a read would give back.
         """
-        self.record_calls(calls)
-        row = _trace_row(trace)
-        self.append("traces", [row])
+        extra = dict(extra_rows or {})
+        if "traces" in extra or "calls" in extra:
+            raise TelemetryError("record_trace: extra_rows may not hold traces or calls; pass them as such")
+        row = trace_row(trace)
+        self.append_many({"calls": [call_row(call) for call in calls], "traces": [row], **extra})
         return row
 
     # -- generic tables -----------------------------------------------------------------------------------
@@ -154,30 +200,180 @@ class TelemetryStore:
         """Validate ``rows`` against ``table``'s schema and store them as one durable file.
 
         Unknown columns are rejected, missing nullable columns are filled with null; any violation raises
-        ``SchemaViolationError`` naming the table, and nothing is written. No rows, no file.
+        ``SchemaViolationError`` naming the table, and nothing is written. No rows, no file. Inside
+        ``group_commit`` the rows are queued instead (see there).
         """
-        folder = self._folder(table)
-        if not isinstance(rows, pl.DataFrame) and not rows:
+        self.append_many({table: rows})
+
+    def append_many(self, tables: Mapping[str, Sequence[Mapping[str, Any]] | pl.DataFrame]) -> None:
+        """Append to several tables as one unit: every table is conformed and validated before any is written
+        (a violation in one writes none), then each is written as one durable file, in the store's write order
+        (``calls`` before ``traces``, whatever the mapping's order). Returning means all are durable.
+
+        Inside ``group_commit`` the unit is typed at once (unknown columns and values of the wrong type raise
+        here) and queued; its values are validated when the group flushes, and if any of its rows is rejected
+        then, none of its tables' rows are written.
+        """
+        given: dict[str, Sequence[Mapping[str, Any]] | pl.DataFrame] = {}
+        for table, rows in tables.items():
+            self._folder(table)  # an unknown table is an error, rows or not
+            if isinstance(rows, pl.DataFrame) or rows:  # a frame is validated even when empty
+                given[table] = rows
+        if not given:
             return
-        frame = _conform(table, rows)
-        validate_frame(table, frame)
-        if frame.is_empty():
+        group = self._group
+        if group is not None and self._enqueue(group, given):
             return
-        key = KEYS.get(table)
-        if key and frame.height > 1:
-            frame = frame.unique(subset=list(key), keep="last", maintain_order=True)
-        seq = self._next_seq()
-        stamped = frame.hstack([pl.Series(_SEQ, [seq] * frame.height, dtype=pl.Int64)])
-        self._guarded(table, "append", lambda: folder.write_parquet(_file_name(seq, _SUFFIX), stamped))
+        frames = {table: self._validated(table, rows) for table, rows in given.items()}
+        for table in WRITE_ORDER:
+            frame = frames.get(table)
+            if frame is not None and not frame.is_empty():
+                self._write(table, frame)
+
+    # -- group commit ---------------------------------------------------------------------------------------
+
+    @contextmanager
+    def group_commit(
+        self, *, max_rows: int = 1000, max_delay_s: float | None = 0.2, on_flush: FlushListener | None = None
+    ) -> Iterator[TelemetryStore]:
+        """Within this block, appends from any thread or task are queued, then written as one file per table
+        per group: when ``max_rows`` rows are queued (by the append that reaches it), when the oldest queued
+        append has waited ``max_delay_s`` (by a background thread; None: never by time), on ``flush()``, before
+        a ``read``/``scan``/``stats`` of this store object, and on leaving the block. See the module doc.
+
+        ``on_flush`` is called after each flush with the rows it made durable, per table, in the thread that
+        flushed. A block opened while another is open joins its group (the first block's limits hold); leaving
+        any block flushes, and raises ``SchemaViolationError`` for appends the group rejected.
+        """
+        if max_rows < 1 or (max_delay_s is not None and not max_delay_s > 0):
+            raise ConfigurationError(f"group_commit: max_rows ≥ 1 and max_delay_s > 0, got {max_rows}, {max_delay_s}")
+        with self._queue_lock:
+            group = self._group
+            if group is None:
+                group = self._group = CommitGroup(max_rows, max_delay_s)
+                if max_delay_s is not None:
+                    self._flusher = Flusher(group, self._queue_lock, self._flush)
+            group.depth += 1
+            if on_flush is not None:
+                group.listeners.append(on_flush)
+        try:
+            yield self
+        except BaseException:
+            self._leave(group, on_flush, quiet=True)
+            raise
+        self._leave(group, on_flush, quiet=False)
+
+    def flush(self) -> None:
+        """Write what an open group has queued, one file per table; return once it is durable. Raises
+        ``SchemaViolationError`` naming the appends the group rejected since the last ``flush`` (their rows were
+        not written; the others were). Without an open group there is nothing to write."""
+        self._flush()
+        self._raise_rejected()
+
+    def _enqueue(self, group: CommitGroup, given: Mapping[str, Sequence[Mapping[str, Any]] | pl.DataFrame]) -> bool:
+        """Type ``given`` and queue it in ``group``; False if the group closed meanwhile (write it directly)."""
+        pending: dict[str, Pending] = {}
+        for table, rows in given.items():
+            if not isinstance(rows, pl.DataFrame) and conformable(table, rows):
+                pending[table] = [dict(row) for row in rows]
+            else:
+                pending[table] = conform(table, rows)  # raises now for unknown columns and wrong types
+        with self._queue_lock:
+            if self._group is not group:
+                return False
+            full = group.add(pending, time.monotonic())
+        if full:
+            self._flush()
+        return True
+
+    def _flush(self) -> None:
+        """Write everything queued (after a flush another thread is doing); put back what could not be written
+        and raise. Listeners hear of what was written before the flush lock is released (it is reentrant, so a
+        listener may read the store)."""
+        if self._group is None:
+            return
+        written: dict[str, pl.DataFrame] = {}
+        failure: BaseException | None = None
+        with self._flush_lock:
+            with self._queue_lock:
+                group = self._group
+                if group is None or not group.queue:
+                    return
+                appends = group.take()
+                listeners = list(group.listeners)
+            try:
+                prepared = prepare(appends)
+            except BaseException:
+                with self._queue_lock:
+                    group.put_back(appends)
+                raise
+            for error in prepared.rejected:
+                _log.warning("group commit: %s", error)
+            try:
+                for table, frame in prepared.frames.items():
+                    self._write(table, frame)
+                    written[table] = frame
+            except BaseException as exc:  # validated frames of the tables not written yet: written by a later flush
+                failure = exc
+                unwritten = {table: frame for table, frame in prepared.frames.items() if table not in written}
+                rows = sum(frame.height for frame in unwritten.values())
+                with self._queue_lock:
+                    group.put_back([QueuedAppend(0, dict(unwritten), rows, appends[0].queued_at)])
+            with self._queue_lock:
+                self._rejected += prepared.rejected
+            if written:  # under the flush lock: once any flush returns, every earlier flush has been heard of
+                for listener in listeners:
+                    listener(written)
+        if failure is not None:
+            raise failure
+
+    def _leave(self, group: CommitGroup, on_flush: FlushListener | None, *, quiet: bool) -> None:
+        """Leave a ``group_commit`` block: flush (again, if the last block leaves while rows still come in), close
+        the group when this was its last block, then raise what failed or was rejected, unless ``quiet`` (the
+        block raised: its own exception goes on, and a failed flush is logged)."""
+        failure: BaseException | None = None
+        while True:
+            try:
+                self._flush()
+            except BaseException as exc:
+                failure = exc
+            with self._queue_lock:
+                if failure is None and group.depth == 1 and group.queue:
+                    continue
+                group.depth -= 1
+                if on_flush is not None:
+                    group.listeners.remove(on_flush)
+                flusher = None
+                if group.depth == 0:  # anything still queued now was never acknowledged, and is dropped
+                    self._group, flusher, self._flusher = None, self._flusher, None
+                break
+        if flusher is not None:
+            flusher.stop()
+        if failure is not None and quiet:
+            _log.error("group commit: the last flush of a block that raised failed: %s", failure)
+        elif failure is not None:
+            raise failure
+        elif not quiet:
+            self._raise_rejected()
+
+    def _raise_rejected(self) -> None:
+        with self._queue_lock:
+            rejected, self._rejected = self._rejected, []
+        if rejected:
+            raise rejected[0] if len(rejected) == 1 else combined_rejection(rejected)
 
     def read(self, table: str) -> pl.DataFrame:
-        """The current rows (last write per key wins) in write order; empty, with the schema, if none."""
+        """The current rows (last write per key wins) in write order; empty, with the schema, if none. What an
+        open group of this store object has queued is flushed first."""
         folder = self._folder(table)
+        self._flush()
         return self._guarded(table, "read", lambda: self._read(table, folder))
 
     def scan(self, table: str) -> pl.LazyFrame:
-        """A lazy view of ``read(table)`` over the files present now (see the module doc on compaction)."""
+        """A lazy view of ``read(table)`` over the files present now (see the module doc on compaction), after
+        flushing what an open group of this store object has queued."""
         folder = self._folder(table)
+        self._flush()
         return self._guarded(table, "scan", lambda: self._scan(table, folder))
 
     def compact(self, table: str) -> int:
@@ -194,6 +390,7 @@ class TelemetryStore:
         """What the log says about ``task``: accuracy per mode, habit and memory rates, cost per ``window``
         requests (chat calls repriced with ``pricing`` when given) and misroutes (with ``tree``); see
         ``telemetry.stats.compute_stats``."""
+        self._flush()
         return self._guarded(
             "traces", "compute stats", lambda: compute_stats(self, task, window=window, pricing=pricing, tree=tree)
         )
@@ -230,6 +427,21 @@ class TelemetryStore:
         with self._seq_lock:  # never reuse or go back within a process, even if the wall clock steps back
             self._last_seq = max(time.time_ns(), self._last_seq + 1)
             return self._last_seq
+
+    def _validated(self, table: str, rows: Sequence[Mapping[str, Any]] | pl.DataFrame) -> pl.DataFrame:
+        frame = conform(table, rows)
+        validate_frame(table, frame)
+        return frame
+
+    def _write(self, table: str, frame: pl.DataFrame) -> None:
+        """Store a validated frame as one durable file (the last row per key of a keyed table)."""
+        key = KEYS.get(table)
+        if key and frame.height > 1:
+            frame = frame.unique(subset=list(key), keep="last", maintain_order=True)
+        seq = self._next_seq()
+        stamped = frame.hstack([pl.Series(_SEQ, [seq] * frame.height, dtype=pl.Int64)])
+        folder = self._folder(table)
+        self._guarded(table, "append", lambda: folder.write_parquet(_file_name(seq, _SUFFIX), stamped))
 
     def _read(self, table: str, folder: Folder) -> pl.DataFrame:
         for _ in range(_READ_ATTEMPTS):
@@ -367,136 +579,6 @@ def _sum_counters(table: str, frame: pl.LazyFrame) -> pl.LazyFrame:
         .agg(*aggregations, pl.col(_SEQ).min())
         .select(*DTYPES[table].names(), _SEQ)
     )
-
-
-# -- records → rows ---------------------------------------------------------------------------------------
-
-
-def _to_json(value: Any, table: str, column: str) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise SchemaViolationError(f"column {column!r} cannot be written as JSON: {exc}", table=table) from exc
-
-
-def _trace_row(trace: TraceRecord) -> dict[str, Any]:
-    recall = None
-    if trace.recall is not None:
-        recall = _to_json({k: v for k, v in trace.recall.items() if v is not None}, "traces", "recall")
-    row: dict[str, Any] = {
-        "trace_id": trace.trace_id,
-        "created_at": trace.created_at,
-        "task": trace.task,
-        "state": trace.state,
-        "mode": trace.mode,
-        "path": _to_json([dict(step) for step in trace.path], "traces", "path"),
-        "output": trace.output,
-        "confidence": trace.confidence,
-        "energy": trace.energy,
-        "feedback_verdict": trace.feedback_verdict,
-        "feedback_correction": trace.feedback_correction,
-        "implicit_signal": trace.implicit_signal,
-        "label": trace.label,
-        "explored_output": trace.explored_output,
-        "recall": recall,
-        "failure": trace.failure,
-    }
-    # ``extra`` carries columns added after the reference's; it may not overwrite one
-    clashes = sorted(set(trace.extra) & set(row))
-    if clashes:
-        raise SchemaViolationError(f"TraceRecord.extra repeats columns {clashes}", table="traces")
-    row.update(trace.extra)
-    return row
-
-
-def _call_row(call: CallRecord) -> dict[str, Any]:
-    distribution = None
-    if call.distribution is not None:
-        distribution = _to_json(dict(call.distribution), "calls", "distribution")
-    top_logprobs = [{"token": token, "logprob": logprob} for token, logprob in call.top_logprobs]
-    candidates = [
-        {
-            "id": shown.id,
-            "shown_as": shown.shown_as,
-            "label": shown.label,
-            "description": shown.description,
-            "answer": shown.answer,
-        }
-        for shown in call.candidates
-    ]
-    return {
-        "call_id": call.call_id,
-        "trace_id": call.trace_id,
-        "created_at": call.created_at,
-        "role": call.role,
-        "model": call.model,
-        "node_id": call.node_id,
-        "layer": call.layer,
-        "prompt_tokens": call.prompt_tokens,
-        "cached_tokens": call.cached_tokens,
-        "completion_tokens": call.completion_tokens,
-        "latency_ms": call.latency_ms,
-        "gpu_prompt_ms": call.gpu_prompt_ms,
-        "gpu_predicted_ms": call.gpu_predicted_ms,
-        "content": call.content,
-        "first_token": call.first_token,
-        "top_logprobs": _to_json(top_logprobs, "calls", "top_logprobs"),
-        "distribution": distribution,
-        "label_mass": call.label_mass,
-        "confidence": call.confidence,
-        "outcome": call.outcome,
-        "energy": call.energy,
-        "raw_response": call.raw_response,
-        "candidates": _to_json(candidates, "calls", "candidates"),
-    }
-
-
-# -- rows → a frame with the table's exact dtypes -----------------------------------------------------------
-
-
-def _conform(table: str, rows: Sequence[Mapping[str, Any]] | pl.DataFrame) -> pl.DataFrame:
-    """Build a frame in the table's column order and dtypes; missing nullable columns become null."""
-    dtypes = DTYPES[table]
-    if isinstance(rows, pl.DataFrame):
-        given = rows.columns
-    else:
-        given = list(dict.fromkeys(name for row in rows for name in row))
-    unknown = [name for name in given if name not in dtypes]
-    if unknown:
-        raise SchemaViolationError(f"unknown columns {unknown}; columns are {list(dtypes)}", table=table)
-    height = rows.height if isinstance(rows, pl.DataFrame) else len(rows)
-    columns: list[pl.Series] = []
-    for name, dtype in dtypes.items():
-        if name not in given:
-            if name in NULLABLE[table]:
-                columns.append(pl.Series(name, [None] * height, dtype=dtype))
-            continue  # a missing required column: validation names it
-        if isinstance(rows, pl.DataFrame):
-            columns.append(_conform_series(table, rows.get_column(name), dtype))
-        else:
-            columns.append(_series(table, name, [row.get(name) for row in rows], dtype))
-    return pl.DataFrame(columns)
-
-
-def _series(table: str, name: str, values: list[Any], dtype: pl.DataType) -> pl.Series:
-    if isinstance(dtype, pl.Datetime) and any(isinstance(value, datetime) and value.tzinfo is None for value in values):
-        raise SchemaViolationError(f"column {name!r} holds a naive datetime; give UTC-aware ones", table=table)
-    try:
-        return pl.Series(name, values, dtype=dtype, strict=True)
-    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError) as exc:
-        reason = str(exc).splitlines()[0]
-        raise SchemaViolationError(f"column {name!r} is not {dtype}: {reason}", table=table) from exc
-
-
-def _conform_series(table: str, series: pl.Series, dtype: pl.DataType) -> pl.Series:
-    """Lossless fixes only: an all-null column takes the dtype, an aware datetime becomes UTC microseconds."""
-    if series.dtype == pl.Null:
-        return series.cast(dtype)
-    if isinstance(dtype, pl.Datetime) and isinstance(series.dtype, pl.Datetime) and series.dtype != dtype:
-        if series.dtype.time_zone is None:
-            raise SchemaViolationError(f"column {series.name!r} is a naive datetime; give UTC", table=table)
-        return series.dt.convert_time_zone("UTC").dt.cast_time_unit("us")
-    return series  # anything else must already match; validation reports a mismatch
 
 
 # -- files ------------------------------------------------------------------------------------------------
