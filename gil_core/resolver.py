@@ -10,7 +10,7 @@ import hashlib
 import json
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -24,6 +24,7 @@ from gil_core.fallback import FallbackGenerator, Generation, SlotFiller, TreeAns
 from gil_core.fallback.contracts import Contract
 from gil_core.habits.attribution import ReliabilityDelta, attribute_verdict
 from gil_core.habits.costs import evidence_from_row
+from gil_core.habits.counters import reliability_rows, walk_rows
 from gil_core.habits.shadows import Evidence, build_shadow_index
 from gil_core.judge import Candidate, Judge, ReflexJudge, SingleTokenJudge, TieredJudge
 from gil_core.judge.verify import SameRequestVerifier, Verifier
@@ -123,7 +124,8 @@ class Resolver:
     async def resolve(
         self, task: TaskDefinition, text: str, *, trace_id: str | None = None, do_not_record: bool = False
     ) -> Resolution:
-        """Resolve one request. The trace and its calls are durable when this returns.
+        """Resolve one request. Its trace, calls and walk counters are stored as one unit: durable when this
+        returns, or, inside the store's ``group_commit``, once the group flushes.
 
         ``do_not_record`` (or the task's policy) keeps the request's text out of every table, log and cache: the
         trace keeps mode, path, confidence, energy and failure, not the request or output; calls keep counts and
@@ -168,8 +170,8 @@ class Resolver:
             recall=outcome.recall.to_json() if outcome.recall is not None else None,
             failure=outcome.failure,
         )
-        self._remember_row(trace_id, self._store.record_trace(trace, calls))
-        self._record_walk(task.name, steps, outcome.deltas)
+        counters = walk_rows(task.name, steps, outcome.deltas, trace.created_at)
+        self._remember_row(trace_id, self._store.record_trace(trace, calls, extra_rows=counters))
         if failed is not None:
             raise failed
         return Resolution(
@@ -344,13 +346,12 @@ class Resolver:
         verdict = "correct" if correct else "wrong"
         correction = correction.strip() if correction and correction.strip() else None
         judged = {**row, "feedback_verdict": verdict, "feedback_correction": correction if not correct else None}
-        self._store.append("traces", [judged])
-        self._remember_row(trace_id, judged)
         steps = [_step_from_json(item) for item in json.loads(row["path"] or "[]")]
         deltas = attribute_verdict(
             task.tree, mode=row["mode"], steps=steps, output=row["output"], correct=correct, correction=correction
         )
-        self._record_reliability(task.name, deltas)
+        self._store.append_many({"traces": [judged], "habit_reliability": reliability_rows(task.name, deltas)})
+        self._remember_row(trace_id, judged)
         self._shadows.pop(task.name, None)
         await self._learn(task, trace_id, row, correct, correction)
 
@@ -528,49 +529,6 @@ class Resolver:
             [{"task": task.name, "created_at": utc_now(), "config": json.dumps(config, ensure_ascii=False)}],
         )
         self._configs[task.name] = config
-
-    def _record_walk(self, task: str, steps: Sequence[Step], deltas: Sequence[ReliabilityDelta]) -> None:
-        if steps:
-            now = utc_now()
-            self._store.append(
-                "node_stats",
-                [
-                    {
-                        "scope": task,
-                        "node_id": step.node,
-                        "hits": 1,
-                        "accepts": int(step.outcome == "accept"),
-                        "exits": int(step.outcome == "exit"),
-                        "last_used_at": now,
-                    }
-                    for step in steps
-                ],
-            )
-            accepted = [step for step in steps if step.outcome == "accept" and step.chosen is not None]
-            if accepted:
-                self._store.append(
-                    "node_choices",
-                    [{"scope": task, "node_id": s.node, "chosen_id": s.chosen, "accepts": 1} for s in accepted],
-                )
-        self._record_reliability(task, deltas)
-
-    def _record_reliability(self, task: str, deltas: Sequence[ReliabilityDelta]) -> None:
-        if deltas:
-            self._store.append(
-                "habit_reliability",
-                [
-                    {
-                        "scope": task,
-                        "item_id": delta.item_id,
-                        "reinforced": delta.reinforced,
-                        "penalized": delta.penalized,
-                        "missed": delta.missed,
-                        "explored": delta.explored,
-                        "disputed": delta.disputed,
-                    }
-                    for delta in deltas
-                ],
-            )
 
 
 def _generated(generation: Generation | str) -> tuple[str | None, str | None]:
