@@ -16,7 +16,8 @@ import hashlib
 import itertools
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 import httpx
 import polars as pl
 
-from gil_core.errors import ConfigurationError, GilError, UnknownTraceError
+from gil_core.errors import ConfigurationError, GilError, SchemaViolationError, UnknownTraceError
 from gil_core.habits.attribution import habit_for_text
 from gil_core.resolver import Resolver
 from gil_core.settings import load_settings
@@ -200,32 +201,111 @@ async def resolve_batch(
     *,
     concurrency: int = 4,
     progress: Progress | None = None,
+    commit_rows: int | None = 1000,
+    commit_delay_s: float | None = 0.2,
 ) -> BatchReport:
-    """Resolve every ticket that has no trace yet, at most ``concurrency`` at a time."""
+    """Resolve every ticket that has no trace yet, at most ``concurrency`` at a time.
+
+    The batch's telemetry is group-committed (``TelemetryStore.group_commit`` with ``commit_rows`` and
+    ``commit_delay_s``): a ticket counts as resolved, in the report and in ``progress``, only once its trace is
+    flushed (durable). A crash loses at most the tickets not flushed yet, which a rerun resolves again (the trace
+    id is the ticket's). ``commit_rows=None`` opens no group: each request is durable on its own when it returns
+    (unless the caller holds a group open on the store). A ticket whose trace the store rejected is reported
+    failed, with the reason.
+    """
     tickets = list(tickets)
     report = BatchReport(trace_ids={t.id: ticket_trace_id(task.name, t.id) for t in tickets})
     done = existing_trace_ids(resolver.store, task.name)
     todo = [t for t in tickets if report.trace_ids[t.id] not in done]
     report.skipped = len(tickets) - len(todo)
     gate = asyncio.Semaphore(concurrency)
-    finished = report.skipped
-    if progress is not None:
-        progress(finished, len(tickets))
+    tally = _Tally(report, len(tickets), progress, {report.trace_ids[t.id]: t.id for t in todo})
 
     async def one(ticket: Ticket) -> None:
-        nonlocal finished
         async with gate:
             try:
                 await resolver.resolve(task, ticket.text, trace_id=report.trace_ids[ticket.id])
-                report.resolved += 1
             except GilError as exc:  # the trace, when one was stored, says why; the batch goes on
-                report.failed.append(BadInput(f"ticket {ticket.id!r}", str(exc)))
-            finished += 1
-            if progress is not None:
-                progress(finished, len(tickets))
+                tally.failed(ticket.id, str(exc))
+            else:
+                tally.returned(report.trace_ids[ticket.id])
 
-    await asyncio.gather(*(one(ticket) for ticket in todo))
+    tally.report_progress()
+    if commit_rows is None:
+        tally.durable_on_return = True
+        await asyncio.gather(*(one(ticket) for ticket in todo))
+        return report
+    rejected = "its trace was not stored"
+    try:
+        with resolver.store.group_commit(max_rows=commit_rows, max_delay_s=commit_delay_s, on_flush=tally.flushed):
+            await asyncio.gather(*(one(ticket) for ticket in todo))
+    except SchemaViolationError as exc:  # rows of some requests were left out; the rest is durable
+        rejected = str(exc)
+    tally.settle(rejected)
     return report
+
+
+class _Tally:
+    """Which tickets are resolved: their ``resolve`` returned and their trace is durable, in either order (a
+    flush in the store's thread can come first). The report and ``progress`` change only in the event loop."""
+
+    def __init__(self, report: BatchReport, total: int, progress: Progress | None, tickets: dict[str, str]) -> None:
+        self._report, self._total, self._progress, self._tickets = report, total, progress, tickets
+        self._loop = asyncio.get_running_loop()
+        self._lock = threading.Lock()
+        self._durable: set[str] = set()  # trace ids of this batch flushed so far (any thread)
+        self._returned: set[str] = set()  # resolve returned, trace not known durable yet
+        self.durable_on_return = False
+
+    def report_progress(self) -> None:
+        if self._progress is not None:
+            report = self._report
+            self._progress(report.skipped + report.resolved + len(report.failed), self._total)
+
+    def failed(self, ticket_id: str, reason: str) -> None:
+        self._report.failed.append(BadInput(f"ticket {ticket_id!r}", reason))
+        self.report_progress()
+
+    def returned(self, trace_id: str) -> None:
+        self._returned.add(trace_id)
+        if self.durable_on_return:
+            with self._lock:
+                self._durable.add(trace_id)
+        self._acknowledge()
+
+    def flushed(self, written: Mapping[str, pl.DataFrame]) -> None:
+        """The store's ``on_flush``: note the batch's traces it made durable (in whichever thread flushed)."""
+        traces = written.get("traces")
+        if traces is None:
+            return
+        with self._lock:
+            self._durable.update(trace_id for trace_id in traces.get_column("trace_id") if trace_id in self._tickets)
+        try:
+            in_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:  # the store's flush thread runs no loop
+            in_loop = False
+        if in_loop:
+            self._acknowledge()
+        else:
+            self._loop.call_soon_threadsafe(self._acknowledge)
+
+    def settle(self, rejected: str) -> None:
+        """After the group's last flush (whose listeners, like every earlier flush's, have run by then): every
+        returned ticket whose trace never became durable failed."""
+        self._acknowledge()
+        for trace_id, ticket_id in self._tickets.items():
+            if trace_id in self._returned:
+                self._report.failed.append(BadInput(f"ticket {ticket_id!r}", rejected))
+        self._returned.clear()
+        self.report_progress()
+
+    def _acknowledge(self) -> None:
+        with self._lock:
+            ready = self._returned & self._durable
+        if ready:
+            self._returned -= ready
+            self._report.resolved += len(ready)
+            self.report_progress()
 
 
 def existing_trace_ids(store: TelemetryStore, task: str) -> set[str]:
