@@ -381,7 +381,7 @@ def _prefect_environment(api_url: str | None = None) -> None:
 @app.command()
 def demo(
     task_file_path: TaskFileOption = None,
-    limit: Annotated[int, typer.Option(help="Use only the first N tickets (0 = all 300).")] = 200,
+    limit: Annotated[int, typer.Option(help="Use only the first N tickets (0 = all 300).")] = 100,
     chunk: Annotated[int, typer.Option(help="Tickets per batch in the first pass (feedback after each).")] = 50,
     fresh: Annotated[bool, typer.Option(help="Start from an empty demo store and memory.")] = True,
     as_json: JsonOption = False,
