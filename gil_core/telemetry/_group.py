@@ -117,6 +117,9 @@ def prepare(appends: Sequence[QueuedAppend]) -> Prepared:
     """Conform each table's queued rows at once, validate each table's combined frame once, and when that fails
     find the appends at fault by halving: they are left out whole (all their tables), the rest is written.
     Every returned frame has passed ``validate_frame`` as the very frame that is returned."""
+    quick = _all_at_once(appends)
+    if quick is not None:
+        return Prepared(quick, [])
     bad: dict[int, SchemaViolationError] = {}
     segments: dict[str, list[tuple[int, pl.DataFrame]]] = {}
     for table in WRITE_ORDER:
@@ -129,6 +132,29 @@ def prepare(appends: Sequence[QueuedAppend]) -> Prepared:
         frames = _kept_frames(segments, bad)
         if frames is not None:
             return Prepared(frames, [bad[number] for number in sorted(bad)])
+
+
+def _all_at_once(appends: Sequence[QueuedAppend]) -> dict[str, pl.DataFrame] | None:
+    """The usual case: every table's queued rows conformed and validated in one go. None when any table holds a
+    frame (an append typed the slow way) or fails: then ``prepare`` goes append by append."""
+    frames: dict[str, pl.DataFrame] = {}
+    for table in WRITE_ORDER:
+        rows: list[dict[str, Any]] = []
+        for append in appends:
+            pending = append.tables.get(table)
+            if isinstance(pending, pl.DataFrame):
+                return None
+            if pending is not None:
+                rows += pending
+        if not rows:
+            continue
+        try:
+            frame = conform(table, rows)
+            validate_frame(table, frame)
+        except SchemaViolationError:
+            return None
+        frames[table] = frame
+    return frames
 
 
 def _kept_frames(

@@ -9,7 +9,7 @@ append before it queues raw rows: when it says yes, ``conform`` of those rows ca
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -22,9 +22,13 @@ from gil_core.telemetry.schemas import DTYPES, NULLABLE
 __all__ = ["call_row", "conform", "conformable", "trace_row"]
 
 
+# One encoder for every value: json.dumps with options builds a new encoder per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def _to_json(value: Any, table: str, column: str) -> str:
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise SchemaViolationError(f"column {column!r} cannot be written as JSON: {exc}", table=table) from exc
 
@@ -151,39 +155,23 @@ def _conform_series(table: str, series: pl.Series, dtype: pl.DataType) -> pl.Ser
 
 # -- the cheap check before a commit group queues raw rows ---------------------------------------------------
 
-_INT64 = (-(2**63), 2**63)
+_INT64_MIN, _INT64_END = -(2**63), 2**63
 
 
-def _is_text(value: Any) -> bool:
-    return type(value) is str
-
-
-def _is_int64(value: Any) -> bool:
-    return type(value) is int and _INT64[0] <= value < _INT64[1]
-
-
-def _is_float(value: Any) -> bool:
-    return type(value) is float or _is_int64(value)
-
-
-def _is_aware_datetime(value: Any) -> bool:
-    return type(value) is datetime and value.tzinfo is not None
-
-
-def _checker(dtype: pl.DataType) -> Callable[[Any], bool] | None:
+def _kind(dtype: pl.DataType) -> str | None:
     if dtype == pl.String:
-        return _is_text
+        return "text"
     if dtype == pl.Int64:
-        return _is_int64
+        return "int"
     if dtype == pl.Float64:
-        return _is_float
+        return "float"
     if isinstance(dtype, pl.Datetime):
-        return _is_aware_datetime
+        return "datetime"
     return None  # a dtype without a cheap check: such rows take the slow way (conform at once)
 
 
-_CHECKERS: Mapping[str, Mapping[str, Callable[[Any], bool] | None]] = {
-    table: {name: _checker(dtype) for name, dtype in dtypes.items()} for table, dtypes in DTYPES.items()
+_KINDS: Mapping[str, Mapping[str, str | None]] = {
+    table: {name: _kind(dtype) for name, dtype in dtypes.items()} for table, dtypes in DTYPES.items()
 }
 _REQUIRED: Mapping[str, frozenset[str]] = {
     table: frozenset(dtypes.names()) - NULLABLE[table] for table, dtypes in DTYPES.items()
@@ -193,16 +181,27 @@ _REQUIRED: Mapping[str, frozenset[str]] = {
 def conformable(table: str, rows: Sequence[Mapping[str, Any]]) -> bool:
     """Whether ``conform(table, rows)`` (and of any rows queued with them) certainly succeeds: every column is
     known, every required column is given (its value may still be null: validation judges values), and every
-    value is None or of exactly the Python type the column's dtype takes without conversion. False only means
-    "conform now": the exotic but valid (a numpy integer, a bool for an Int64) are conformed the slow way."""
-    checkers, required = _CHECKERS[table], _REQUIRED[table]
+    value is None or of exactly the Python type the column's dtype takes without conversion (a str, an int in
+    Int64's range, a float or such an int, a timezone-aware datetime). False only means "conform now": the
+    exotic but valid (a numpy integer, a bool for an Int64) are conformed the slow way."""
+    kinds, required = _KINDS[table], _REQUIRED[table]
     for row in rows:
         if not row.keys() >= required:
             return False
-        for name, value in row.items():
+        for name, value in row.items():  # inline type tests: this runs for every value a group queues
             if value is None:
                 continue
-            check = checkers.get(name)
-            if check is None or not check(value):
+            kind, kind_of_value = kinds.get(name), type(value)
+            if kind_of_value is str:
+                fits = kind == "text"
+            elif kind_of_value is int:
+                fits = (kind == "int" or kind == "float") and _INT64_MIN <= value < _INT64_END
+            elif kind_of_value is float:
+                fits = kind == "float"
+            elif kind_of_value is datetime:
+                fits = kind == "datetime" and value.tzinfo is not None
+            else:
+                fits = False
+            if not fits:
                 return False
     return True
