@@ -13,7 +13,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-from prefect.exceptions import ObjectAlreadyExists
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
@@ -53,26 +53,41 @@ def batch_task_runner(kind: RunnerKind, workers: int, scheduler: str | None = No
     if kind != "dask":
         raise ValueError(f"task_runner must be 'threads' or 'dask', got {kind!r}")
     try:
-        import dask
         from prefect_dask import DaskTaskRunner
     except ImportError as exc:  # the optional 'scale' extra
         raise ValueError("task_runner 'dask' needs prefect-dask and distributed (the 'scale' extra)") from exc
     if scheduler:
         runner = DaskTaskRunner(address=scheduler)
     else:
-        if workers < 1:
-            raise ValueError(f"workers must be ≥ 1, got {workers}")
-        cluster = {
-            "n_workers": workers,
-            "processes": True,
-            "threads_per_worker": 1,
-            "host": "127.0.0.1",
-            "dashboard_address": "127.0.0.1:0",  # its HTTP server binds anyway: loopback, a free port
-            "silence_logs": logging.WARNING,
-        }
+        cluster = local_cluster_options(workers)
         runner = DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=cluster)
-    with dask.config.set({"distributed.worker.multiprocessing-method": "spawn"}), api_for_workers(), runner:
+    with spawned_workers(), api_for_workers(), runner:
         yield runner, max(1, sum(runner.client.nthreads().values()))
+
+
+def local_cluster_options(workers: int) -> dict[str, Any]:
+    """The ``distributed.LocalCluster`` arguments of a batch: ``workers`` processes of one thread each, every
+    server on loopback. Start it inside ``spawned_workers()``."""
+    if workers < 1:
+        raise ValueError(f"workers must be ≥ 1, got {workers}")
+    return {
+        "n_workers": workers,
+        "processes": True,
+        "threads_per_worker": 1,
+        "host": "127.0.0.1",
+        "dashboard_address": "127.0.0.1:0",  # its HTTP server binds anyway: loopback, a free port
+        "silence_logs": logging.WARNING,
+    }
+
+
+@contextmanager
+def spawned_workers() -> Iterator[None]:
+    """Dask worker processes started in here are spawned, never forked: a worker inherits no LanceDB or HTTP
+    handle of this process, only its environment (where it reads ``GIL_S3_*`` and the other settings)."""
+    import dask
+
+    with dask.config.set({"distributed.worker.multiprocessing-method": "spawn"}):
+        yield
 
 
 @contextmanager
@@ -104,9 +119,12 @@ async def ensure_endpoint_limits(endpoints: Sequence[str], default: int) -> tupl
     slots: list[int] = []
     async with get_client() as client:
         for name in names:
-            with suppress(ObjectAlreadyExists):  # another batch made it first
-                await client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=default))
-            limit = await client.read_global_concurrency_limit_by_name(name)
+            try:  # read first: a create that collides makes the server log a traceback
+                limit = await client.read_global_concurrency_limit_by_name(name)
+            except ObjectNotFound:
+                with suppress(ObjectAlreadyExists):  # another batch made it in between
+                    await client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=default))
+                limit = await client.read_global_concurrency_limit_by_name(name)
             if limit.active and limit.limit < 1:
                 raise ValueError(f"the Prefect concurrency limit {name!r} has no slots: raise it to run a batch")
             slots.append(limit.limit if limit.active else default)
