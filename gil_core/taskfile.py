@@ -323,8 +323,9 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _location(value: str | Path, base: Path, *, path: str, key: str, line: int | None = None) -> str | Path:
-    """``value`` as a store location (``gil_core.storage.location``), a relative folder joined to ``base``."""
+def _location(value: str | Path, base: Path | None, *, path: str, key: str, line: int | None = None) -> str | Path:
+    """``value`` as a store location (``gil_core.storage.location``), a relative folder joined to ``base`` (or
+    left relative to the working directory without one)."""
     try:
         where = location(value)
         if isinstance(where, Path):
@@ -332,13 +333,14 @@ def _location(value: str | Path, base: Path, *, path: str, key: str, line: int |
             location(where)
     except ConfigurationError as exc:
         raise TaskFileError(str(exc), path=path, line=line, key=key) from None
-    return where if isinstance(where, str) or where.is_absolute() else base / where
+    return where if isinstance(where, str) or where.is_absolute() or base is None else base / where
 
 
 def with_overrides(task_file: TaskFile, **changes: Any) -> TaskFile:
     """A copy of ``task_file`` with fields replaced (CLI flags applied after loading). ``store`` and ``memory``
-    are checked as in the file: an ``s3://`` string stays one, a relative folder is relative to the task file."""
+    are checked as in the file (an ``s3://`` string stays one); a relative folder stays relative to the working
+    directory, as a path given on a command line is."""
     for key in ("store", "memory"):
         if key in changes:
-            changes[key] = _location(changes[key], task_file.path.parent, path=str(task_file.path), key=key)
+            changes[key] = _location(changes[key], None, path=str(task_file.path), key=key)
     return replace(task_file, **changes)
