@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,7 +141,6 @@ _GROUP_ROWS, _GROUP_DELAY_S = 1000, 0.2
 
 
 async def measure_resolver(sizes: Sizes, root: Path) -> ResolverFigures:
-    from gil_core.batch import Ticket, resolve_batch
     from gil_core.judge.prompt import Candidate, build_judge_messages, label_candidates
     from gil_core.ontology.labels import LabelScheme
 
@@ -154,14 +153,11 @@ async def measure_resolver(sizes: Sizes, root: Path) -> ResolverFigures:
         ENGLISH,
     )
     chat, embedder = ScriptedChatModel(responder=_first_label), HashEmbeddingModel(384)
-    store = TelemetryStore(root / "store")
     memory = LanceDBMemory(root / "memory", embedder)
     remembered = [f"remembered request {i}: where is parcel {i}?" for i in range(sizes.remembered)]
     await memory.rebuild(
         task.name, [MemoryEntry(f"k{i}", text, "it is on its way") for i, text in enumerate(remembered)]
     )
-    resolver = Resolver(chat, store, memory=memory)
-    await resolver.resolve(task, "warm-up request")  # run config, shadow index, table handles
 
     shown = label_candidates([Candidate.of(child) for child in tree.root.children], LabelScheme.LETTERS)
     messages = build_judge_messages(ENGLISH, "where is my parcel?", shown)
@@ -170,36 +166,17 @@ async def measure_resolver(sizes: Sizes, root: Path) -> ResolverFigures:
     )
     embed_call = await _time_each(sizes.requests, lambda i: embedder.embed([f"my order {i} has not arrived yet"]))
 
-    def parquet_files() -> int:
-        return sum(1 for _ in (root / "store").rglob("*.parquet"))
-
     arms = []
     for name, grouped in (("durable per request", False), ("group commit", True)):
-        group = store.group_commit(max_rows=_GROUP_ROWS, max_delay_s=_GROUP_DELAY_S) if grouped else nullcontext()
-        files_before = parquet_files()
-        started = time.perf_counter()
-        with group:
-            tree_requests = await _time_each(
-                sizes.requests, lambda i: resolver.resolve(task, f"my order {i} has not arrived yet")
-            )
-        tree_seconds = time.perf_counter() - started
-        files = (parquet_files() - files_before) / sizes.requests
-        with store.group_commit(max_rows=_GROUP_ROWS, max_delay_s=_GROUP_DELAY_S) if grouped else nullcontext():
-            memory_requests = await _time_each(
-                sizes.requests, lambda i: resolver.resolve(task, remembered[i % len(remembered)])
-            )
-        tickets = [Ticket(f"{name}-{i}", f"batch request {i}: my parcel {i} is late") for i in range(sizes.batch)]
-        started = time.perf_counter()
-        report = await resolve_batch(
-            resolver, task, tickets, concurrency=8, commit_rows=_GROUP_ROWS if grouped else None
-        )
-        batch_seconds = time.perf_counter() - started
-        arms.append(
-            ResolverArm(name, tree_requests, tree_seconds, memory_requests, batch_seconds, report.resolved, files)
-        )
+        # Each arm its own store (a batch starts by reading which tickets have a trace: the other arm's files
+        # would slow it down), the same memory.
+        resolver = Resolver(chat, TelemetryStore(root / name.replace(" ", "-")), memory=memory)
+        await resolver.resolve(task, "warm-up request")  # run config, shadow index, table handles
+        arms.append(await _measure_arm(name, grouped, resolver, task, sizes, remembered))
 
     # No timed flushes here: cProfile sees this thread only, so every flush must run on it (at max_rows, or when
     # the block is left) to be counted.
+    store = resolver.store  # the group-commit arm's
     profiler = cProfile.Profile()
     profiler.enable()
     with store.group_commit(max_rows=_GROUP_ROWS, max_delay_s=None):
@@ -217,17 +194,51 @@ async def measure_resolver(sizes: Sizes, root: Path) -> ResolverFigures:
     )
 
 
+async def _measure_arm(
+    name: str, grouped: bool, resolver: Resolver, task: TaskDefinition, sizes: Sizes, remembered: Sequence[str]
+) -> ResolverArm:
+    from gil_core.batch import Ticket, resolve_batch
+
+    store = resolver.store
+
+    def group() -> AbstractContextManager[object]:
+        return store.group_commit(max_rows=_GROUP_ROWS, max_delay_s=_GROUP_DELAY_S) if grouped else nullcontext()
+
+    def parquet_files() -> int:
+        return sum(1 for _ in store.root.rglob("*.parquet"))
+
+    files_before = parquet_files()
+    started = time.perf_counter()
+    with group():
+        tree_requests = await _time_each(
+            sizes.requests, lambda i: resolver.resolve(task, f"my order {i} has not arrived yet")
+        )
+    tree_seconds = time.perf_counter() - started
+    files = (parquet_files() - files_before) / sizes.requests
+    with group():
+        memory_requests = await _time_each(
+            sizes.requests, lambda i: resolver.resolve(task, remembered[i % len(remembered)])
+        )
+    tickets = [Ticket(f"{name}-{i}", f"batch request {i}: my parcel {i} is late") for i in range(sizes.batch)]
+    started = time.perf_counter()
+    report = await resolve_batch(resolver, task, tickets, concurrency=8, commit_rows=_GROUP_ROWS if grouped else None)
+    batch_seconds = time.perf_counter() - started
+    return ResolverArm(name, tree_requests, tree_seconds, memory_requests, batch_seconds, report.resolved, files)
+
+
 # Functions worth naming in the profile: (file suffix, function name, label). Those missing in a run are left out.
 _RESOLVE = "`Resolver.resolve` (all of it)"
 _LOOKUP = "memory lookup (`LanceDBMemory.lookup`, hash embedding included)"
 _RECORD = "`TelemetryStore.record_trace` (rows built, typed, queued)"
 _WALK = "tree walk (2 judge calls through `CallRecorder`)"
+_VERSION = "… memory: LanceDB table version check"
+_WAITING = "… the event loop waiting (`epoll`: LanceDB's threads)"
 _FLUSH = "group flushes, amortised (`TelemetryStore._flush`)"
 _HOT_SPOTS = (
     ("gil_core/resolver.py", "resolve", _RESOLVE),
     ("gil_core/resolver.py", "_lookup", _LOOKUP),
-    ("gil_core/memory/lancedb_memory.py", "_fresh_state", "… memory: LanceDB table version check"),
-    ("~", "<method 'poll' of 'select.epoll' objects>", "… the event loop waiting (`epoll`: LanceDB's threads)"),
+    ("gil_core/memory/lancedb_memory.py", "_fresh_state", _VERSION),
+    ("~", "<method 'poll' of 'select.epoll' objects>", _WAITING),
     ("gil_core/resolver.py", "_walk", _WALK),
     ("gil_core/telemetry/store.py", "record_trace", _RECORD),
     ("gil_core/telemetry/_rows.py", "conformable", "… `conformable`: the cheap type check before queueing"),
@@ -290,7 +301,7 @@ def resolver_section(figures: ResolverFigures, command: str) -> Section:
         "One `Resolver` over the support tree with a zero-latency in-process model (`ScriptedChatModel` sure of its "
         "first candidate, so every walk is root → billing → an answer habit), memory on (`LanceDBMemory` with "
         f"`HashEmbeddingModel(384)`, holding {figures.remembered:,} entries) and telemetry on "
-        "(`TelemetryStore` in a temporary folder). Two arms on the same resolver and store: **durable per "
+        "(`TelemetryStore` in a temporary folder). Two arms, each with its own store: **durable per "
         "request** (a request's calls, trace and walk counters written as one `append_many`, one file per table, "
         "each fsync-ed, before `resolve` returns) and **group commit** (inside `store.group_commit(max_rows="
         f"{_GROUP_ROWS}, max_delay_s={_GROUP_DELAY_S})`, the defaults `resolve_batch` uses: `resolve` returns once "
@@ -330,17 +341,19 @@ def _resolver_notes(figures: ResolverFigures) -> list[str]:
     total = spots.get(_RESOLVE, 0.0) + flushes  # the flushes here ran when the profiled block was left
     parts = [(label, spots[label]) for label in (_LOOKUP, _WALK, _RECORD) if label in spots] + [(_FLUSH, flushes)]
     shares = "; ".join(f"{label.split(' (')[0].strip('`')} {ms:.2f} ms ({ms / total:.0%})" for label, ms in parts)
+    version, waiting = spots.get(_VERSION, 0.0), spots.get(_WAITING, 0.0)
     notes.append(
         f"**Miss** with group commit, cause: our code and LanceDB on this loaded machine; the telemetry writes "
         f"are no longer the bulk. Per request through the tree (cProfile, which slows Python down; flushes "
-        f"amortised over the {figures.profiled:,} profiled requests): {total:.2f} ms, of which {shares}. What is "
-        "left is the resolver's own Python (two judgments recorded through `CallRecorder`, the memory lookup's "
-        "bookkeeping and LanceDB version check, waiting for LanceDB's threads on 2 busy cores), building and "
-        "typing the rows (JSON of the calls' candidates and logprobs) and each flush's fixed cost (a Parquet "
-        "file per table, each fsync-ed with its folder), spread over the requests of a group. A flush writes its "
-        "tables one after another (calls, traces, counters: that order is what a reader may rely on); letting "
-        "it fsync their data in parallel and rename them in order would need a two-step write in "
-        "`gil_core/storage.py`."
+        f"amortised over the {figures.profiled:,} profiled requests): {total:.2f} ms, of which {shares}. Inside "
+        f"the memory lookup, {version:.2f} ms is checking LanceDB's table version (on every lookup) and "
+        f"{waiting:.2f} ms the event loop waiting for LanceDB's threads, which 2 busy cores make long; keeping the "
+        "version for a moment, or checking it only on a miss, would save that (`gil_core/memory`, not changed "
+        "here). The rest is the resolver's own Python (two judgments recorded through `CallRecorder`), building "
+        "and typing the rows (JSON of the calls' candidates and logprobs) and each flush's fixed cost (a Parquet "
+        "file per table, each fsync-ed with its folder) spread over a group's requests. A flush writes its tables "
+        "one after another (calls, traces, counters: the order a reader relies on); fsyncing their data in "
+        "parallel, then renaming in order, would need a two-step write in `gil_core/storage.py`."
     )
     return notes
 

@@ -346,6 +346,8 @@ class TelemetryStore:
                 flusher = None
                 if group.depth == 0:  # anything still queued now was never acknowledged, and is dropped
                     self._group, flusher, self._flusher = None, self._flusher, None
+                    if quiet:
+                        self._rejected = []  # logged when found; the block's own exception is what goes on
                 break
         if flusher is not None:
             flusher.stop()
