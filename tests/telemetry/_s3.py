@@ -1,20 +1,23 @@
 """What the object-storage tests share: moto's S3 server on loopback, a fresh bucket per test, settings that
-reach it, and a switch that makes the server check keys."""
+reach it, a switch that makes the server check keys, and a few telemetry rows to write."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from moto.server import ThreadedMotoServer
 
 from gil_core.storage import S3Settings, load_s3_settings
+from gil_core.telemetry import CallRecord, TelemetryStore, TraceRecord
 
 # Distinctive values, so a test can search any text for them.
 ACCESS_KEY_ID = "AKIAGILTESTKEY7Q3ZX9"
 SECRET_ACCESS_KEY = "gil-test-secret-Xq7pW2vR9tLm4Kz8"
+AT = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
 
 @contextmanager
@@ -104,3 +107,33 @@ def keys_checked() -> Iterator[None]:
         yield
     finally:
         settings.INITIAL_NO_AUTH_ACTION_COUNT = before
+
+
+# -- rows a test writes to a store ----------------------------------------------------------------------
+
+
+def trace(number: int, verdict: str | None = None, *, mode: str = "fallback") -> TraceRecord:
+    return TraceRecord(
+        trace_id=f"t{number}",
+        created_at=AT + timedelta(seconds=number),
+        task="support",
+        state=f"request {number}",
+        mode=mode,
+        feedback_verdict=verdict,
+        energy=float(number),
+    )
+
+
+def judge_call(number: int) -> CallRecord:
+    return CallRecord(
+        call_id=f"c{number}", trace_id=f"t{number}", created_at=AT, role="judge", model="m", prompt_tokens=100,
+        completion_tokens=1, energy=2.0,
+    )  # fmt: skip
+
+
+def fill(store: TelemetryStore) -> None:
+    """Six traces with their calls, then feedback on two of them (superseding rows), each its own append."""
+    for number in range(6):
+        store.record_trace(trace(number, mode="memory" if number % 3 == 0 else "fallback"), [judge_call(number)])
+    store.record_trace(trace(1, "correct"))
+    store.record_trace(trace(3, "wrong", mode="memory"))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import traceback
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -14,20 +13,22 @@ import pytest
 
 from gil_core.errors import ConfigurationError, TelemetryError
 from gil_core.storage import S3Settings, is_object_store, load_s3_settings, location
-from gil_core.telemetry import TABLES, CallRecord, TelemetryStore, TraceRecord
+from gil_core.telemetry import TABLES, TelemetryStore
 from gil_core.telemetry.sqlite import export_sqlite, import_sqlite
 from tests.telemetry._s3 import (
     ACCESS_KEY_ID,
+    AT,
     SECRET_ACCESS_KEY,
+    assert_no_key,
+    fill,
     keys_checked,
     new_bucket,
     objects,
     s3_settings,
     serve_s3,
     settings_for,
+    trace,
 )
-
-AT = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
 s3_endpoint = pytest.fixture(scope="module")(serve_s3)
 s3 = pytest.fixture(settings_for)
@@ -36,33 +37,6 @@ s3 = pytest.fixture(settings_for)
 @pytest.fixture
 def bucket(s3_endpoint: str) -> str:
     return new_bucket(s3_endpoint)
-
-
-def trace(number: int, verdict: str | None = None, *, mode: str = "fallback") -> TraceRecord:
-    return TraceRecord(
-        trace_id=f"t{number}",
-        created_at=AT + timedelta(seconds=number),
-        task="support",
-        state=f"request {number}",
-        mode=mode,
-        feedback_verdict=verdict,
-        energy=float(number),
-    )
-
-
-def judge_call(number: int) -> CallRecord:
-    return CallRecord(
-        call_id=f"c{number}", trace_id=f"t{number}", created_at=AT, role="judge", model="m", prompt_tokens=100,
-        completion_tokens=1, energy=2.0,
-    )  # fmt: skip
-
-
-def fill(store: TelemetryStore) -> None:
-    """Six traces with their calls, then feedback on two of them (superseding rows), each its own append."""
-    for number in range(6):
-        store.record_trace(trace(number, mode="memory" if number % 3 == 0 else "fallback"), [judge_call(number)])
-    store.record_trace(trace(1, "correct"))
-    store.record_trace(trace(3, "wrong", mode="memory"))
 
 
 @pytest.mark.s3
@@ -210,11 +184,6 @@ def test_an_export_from_an_s3_store_imports_into_a_folder_with_identical_tables(
 
 
 # -- keys stay secret -------------------------------------------------------------------------------------
-
-
-def assert_no_key(*texts: str) -> None:
-    for text in texts:
-        assert ACCESS_KEY_ID not in text and SECRET_ACCESS_KEY not in text, text
 
 
 @pytest.mark.s3
