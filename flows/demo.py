@@ -17,6 +17,8 @@ from prefect import flow
 
 from flows.batch import apply_feedback_flow, resolve_batch_flow
 from flows.maintenance import fit_energy_flow
+from flows.review import local_folder
+from gil_core.errors import ConfigurationError
 from gil_core.taskfile import load_task_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,10 +98,17 @@ def summarize(results: list[dict[str, Any]], key: dict[str, str]) -> dict[str, A
 
 
 def prepare(task_file: Path, *, fresh: bool) -> DemoPaths:
-    """The demo's working folder beside its store; ``fresh`` starts from an empty store and memory."""
+    """The demo's working folder beside its store; ``fresh`` starts from an empty store and memory (local folders
+    only: it never deletes objects from a bucket)."""
     loaded = load_task_file(task_file)
-    work = loaded.store.parent / "demo-files"
+    work = local_folder(loaded) / "demo-files"
     if fresh:
+        remote = [str(where) for where in (loaded.store, loaded.memory) if not isinstance(where, Path)]
+        if remote:
+            raise ConfigurationError(
+                f"{task_file}: a fresh demo empties its store and memory, and {' and '.join(remote)} is not a local "
+                "folder: run with --no-fresh, or with a task file whose store and memory are folders"
+            )
         for folder in (loaded.store, loaded.memory, work):
             shutil.rmtree(folder, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)

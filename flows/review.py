@@ -30,15 +30,22 @@ from gil_core.reviews import (
     promotion_review,
 )
 from gil_core.runtime import open_runtime
-from gil_core.taskfile import load_task_file
+from gil_core.taskfile import TaskFile, load_task_file
 from gil_core.telemetry import TelemetryStore
 
 DECISION_TIMEOUT = 7 * 24 * 3600  # a weekly round waits up to a week for its decisions
 
 
+def local_folder(loaded: TaskFile) -> Path:
+    """The local folder for the files a person reads beside the store (review lists, the demo's files): the store
+    folder's parent, or ``.gil`` beside the task file when the store is an ``s3://`` URI (such files are local
+    even then: a person opens them, the task's tree is local too)."""
+    return loaded.store.parent if isinstance(loaded.store, Path) else loaded.path.parent / ".gil"
+
+
 def review_path(task_file: str, kind: str) -> Path:
     loaded = load_task_file(task_file)
-    return loaded.store.parent / "reviews" / f"{loaded.task.name}-{kind}.yaml"
+    return local_folder(loaded) / "reviews" / f"{loaded.task.name}-{kind}.yaml"
 
 
 def artifact_key(review: ReviewList) -> str:

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from moto.server import ThreadedMotoServer
 
 from gil_core.storage import S3Settings, load_s3_settings
@@ -64,6 +65,15 @@ def environment_for(endpoint: str) -> dict[str, str]:
         "GIL_S3_REGION": "us-east-1",
         "GIL_S3_ALLOW_HTTP": "true",
     }
+
+
+def bucket_in_environment(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The body of a fixture for tests that go through the task file or the ``gil`` command: this process's
+    ``GIL_S3_*`` point at the server (whatever opens a store reads them), and a fresh bucket's name is returned.
+    ``bucket = pytest.fixture(bucket_in_environment)``."""
+    for name, value in environment_for(s3_endpoint).items():
+        monkeypatch.setenv(name, value)
+    return new_bucket(s3_endpoint)
 
 
 def assert_no_key(*texts: str) -> None:
