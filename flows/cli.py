@@ -23,7 +23,7 @@ from gil_core.batch import apply_verdicts, read_tickets, read_verdicts, resolve_
 from gil_core.errors import GilError
 from gil_core.ontology import TreeLintWarning, lint_tree, load_tree
 from gil_core.runtime import open_runtime
-from gil_core.taskfile import TaskFile, load_task_file
+from gil_core.taskfile import TaskFile, _location, load_task_file
 
 app = typer.Typer(
     name="gil",
@@ -257,9 +257,25 @@ def fit_energy_command(task_file_path: TaskFileOption = None, as_json: JsonOptio
     emit(data, as_json, lambda: console.print(data if data else "too few server timings to fit"))
 
 
+StoreArgument = Annotated[
+    str,
+    typer.Argument(
+        metavar="STORE",
+        help="The telemetry store: a folder, or s3://bucket/prefix reached with the GIL_S3_* settings.",
+    ),
+]
+
+
+def store_location(value: str, command: str) -> str | Path:
+    """A store named on the command line, checked as a task file's ``store`` is: an ``s3://`` URI kept whole, or a
+    folder relative to the working directory. A location that cannot be one is one line naming command and
+    argument."""
+    return guarded(lambda: _location(value, None, path=f"gil {command}", key="STORE"))
+
+
 @app.command("export-sqlite")
 def export_sqlite_command(
-    store: Annotated[Path, typer.Argument(help="The telemetry store directory.")],
+    store: StoreArgument,
     out: Annotated[Path, typer.Argument(help="The SQLite file to write (the reference's layout).")],
     as_json: JsonOption = False,
 ) -> None:
@@ -267,26 +283,30 @@ def export_sqlite_command(
     from gil_core.telemetry import TelemetryStore
     from gil_core.telemetry.sqlite import export_sqlite
 
-    if not store.is_dir():
-        raise fail(f"{store}: no such store directory")
-    report = guarded(lambda: export_sqlite(TelemetryStore(store), out))
+    where = store_location(store, "export-sqlite")
+    if isinstance(where, Path) and not where.is_dir():
+        raise fail(f"{where}: no such store directory")
+    report = guarded(lambda: export_sqlite(TelemetryStore(where), out))
+    if isinstance(where, str) and not any(report.rows.values()):
+        warn("empty", f"{where} holds no rows: check the bucket and prefix")  # a prefix is never missing, only empty
     emit({"out": str(out), "rows": report.rows}, as_json, lambda: console.print(f"wrote {out}: {report.rows}"))
 
 
 @app.command("import-sqlite")
 def import_sqlite_command(
     database: Annotated[Path, typer.Argument(help="A SQLite file in the reference's layout.")],
-    store: Annotated[Path, typer.Argument(help="The telemetry store directory to write into.")],
+    store: StoreArgument,
     as_json: JsonOption = False,
 ) -> None:
     """Read a reference-layout SQLite file into a store (validated like every write)."""
     from gil_core.telemetry import TelemetryStore
     from gil_core.telemetry.sqlite import import_sqlite
 
+    where = store_location(store, "import-sqlite")
     if not database.is_file():
         raise fail(f"{database}: no such file")
-    report = guarded(lambda: import_sqlite(database, TelemetryStore(store)))
-    emit({"store": str(store), "rows": report.rows}, as_json, lambda: console.print(f"read {database}: {report.rows}"))
+    report = guarded(lambda: import_sqlite(database, TelemetryStore(where)))
+    emit({"store": str(where), "rows": report.rows}, as_json, lambda: console.print(f"read {database}: {report.rows}"))
 
 
 review_app = typer.Typer(help="Review rounds: propose, then decide item by item.", no_args_is_help=True)
