@@ -23,7 +23,8 @@ from gil_core.batch import apply_verdicts, read_tickets, read_verdicts, resolve_
 from gil_core.errors import GilError
 from gil_core.ontology import TreeLintWarning, lint_tree, load_tree
 from gil_core.runtime import open_runtime
-from gil_core.taskfile import TaskFile, _location, load_task_file
+from gil_core.taskfile import TaskFile, load_task_file
+from gil_core.taskfile import store_location as checked_location
 
 app = typer.Typer(
     name="gil",
@@ -270,7 +271,7 @@ def store_location(value: str, command: str) -> str | Path:
     """A store named on the command line, checked as a task file's ``store`` is: an ``s3://`` URI kept whole, or a
     folder relative to the working directory. A location that cannot be one is one line naming command and
     argument."""
-    return guarded(lambda: _location(value, None, path=f"gil {command}", key="STORE"))
+    return guarded(lambda: checked_location(value, None, path=f"gil {command}", key="STORE"))
 
 
 @app.command("export-sqlite")

@@ -99,6 +99,10 @@ class ClientParts:
         elif log is None and settings.log_path == IN_PROCESS_LOG:
             log = InProcessOperationLog(settings.log_max_entries, embedder=log_embedder)
         elif log is None:
+            if "://" in settings.log_path:  # pathlib would fold s3://b/x into a local folder s3:/b/x
+                raise ConfigurationError(
+                    f"log_path {settings.log_path!r}: the operation log is kept in a local folder; a URI is not one"
+                )
             log = JsonLinesOperationLog(settings.log_path, embedder=log_embedder)
         return cls(cache, limiter, log)
 

@@ -23,7 +23,7 @@ from gil_core.storage import location
 from gil_core.tasks import TaskDefinition, TaskPolicy
 from gil_core.traverse import Thresholds
 
-__all__ = ["ModelSpec", "TaskFile", "TaskFileError", "load_task_file", "parse_task_file"]
+__all__ = ["ModelSpec", "TaskFile", "TaskFileError", "load_task_file", "parse_task_file", "store_location"]
 
 LANGUAGES: dict[str, PromptLanguage] = {"en": ENGLISH, "ko": KOREAN}
 
@@ -171,7 +171,7 @@ class _Reader:
     def location(self, key: str, default: str) -> str | Path:
         """An ``s3://`` URI as written (normalised), or a folder relative to the task file."""
         value = self.get(key, (str, Path), default)
-        return _location(value, self.base, path=self.where, key=key, line=self.lines.get(key))
+        return store_location(value, self.base, path=self.where, key=key, line=self.lines.get(key))
 
     def model(self, key: str, default: str) -> ModelSpec:
         value = self.data.get(key, default)
@@ -323,7 +323,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _location(value: str | Path, base: Path | None, *, path: str, key: str, line: int | None = None) -> str | Path:
+def store_location(value: str | Path, base: Path | None, *, path: str, key: str, line: int | None = None) -> str | Path:
     """``value`` as a store location (``gil_core.storage.location``), a relative folder joined to ``base`` (or
     left relative to the working directory without one)."""
     try:
@@ -342,5 +342,5 @@ def with_overrides(task_file: TaskFile, **changes: Any) -> TaskFile:
     directory, as a path given on a command line is."""
     for key in ("store", "memory"):
         if key in changes:
-            changes[key] = _location(changes[key], None, path=str(task_file.path), key=key)
+            changes[key] = store_location(changes[key], None, path=str(task_file.path), key=key)
     return replace(task_file, **changes)

@@ -73,9 +73,10 @@ class SqliteLayoutError(TelemetryError):
 
 
 class ExportRestrictedError(TelemetryError):
-    """The store's ``store_meta`` says ``restricted`` = ``1``: its telemetry may not leave it. ``store`` is its root."""
+    """The store's ``store_meta`` says ``restricted`` = ``1``: its telemetry may not leave it. ``store`` is its
+    location (a folder or an ``s3://`` URI)."""
 
-    def __init__(self, store: Path) -> None:
+    def __init__(self, store: str | Path) -> None:
         self.store = store
         super().__init__(f"store {store}: store_meta marks it restricted (restricted=1), so it is never exported")
 
@@ -117,7 +118,7 @@ def export_sqlite(store: TelemetryStore, out: Path) -> ExportReport:
     ``SqliteLayoutError`` for a value SQLite cannot hold.
     """
     if _is_restricted(store):
-        raise ExportRestrictedError(store.root)
+        raise ExportRestrictedError(store.location)
     out = Path(out)
     with _replacing(out) as temporary, _connect(temporary, out) as connection:
         connection.execute("PRAGMA journal_mode=OFF")  # a fresh private file: the rename is the commit

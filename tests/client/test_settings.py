@@ -65,6 +65,12 @@ def test_a_log_path_writes_under_that_store_root(tmp_path: Path) -> None:
     assert isinstance(parts.log, JsonLinesOperationLog) and parts.log.folder == tmp_path / "operation_log"
 
 
+def test_a_log_path_that_is_a_uri_is_refused_rather_than_folded_into_a_local_folder(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="s3://bucket/ops"):
+        ClientParts.from_settings(GilSettings(log_path="s3://bucket/ops"))
+    assert not (Path.cwd() / "s3:").exists()
+
+
 def test_a_users_own_part_replaces_the_built_in_one_only_while_its_setting_is_on() -> None:
     mine_cache, mine_limiter, mine_log = InProcessRequestCache(5), TokenBucketLimiter(1, 1), InProcessOperationLog()
     on = GilSettings(log_path=IN_PROCESS_LOG)

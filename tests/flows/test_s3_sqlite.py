@@ -84,3 +84,14 @@ def test_a_store_argument_that_cannot_be_a_store_is_one_line_naming_it(
 def test_a_local_store_still_needs_its_folder(tmp_path: Path) -> None:
     code, _, stderr = invoke("export-sqlite", str(tmp_path / "absent"), str(tmp_path / "out.sqlite"))
     assert code == 2 and f"{tmp_path / 'absent'}: no such store directory" in stderr
+
+
+def test_a_restricted_store_in_a_bucket_is_refused_naming_its_uri(
+    tmp_path: Path, s3_endpoint: str, bucket: str
+) -> None:
+    where = f"s3://{bucket}/private/store"
+    TelemetryStore(where, s3=s3_settings(s3_endpoint)).append("store_meta", [{"key": "restricted", "value": "1"}])
+    out = tmp_path / "refused.sqlite"
+    code, _, stderr = invoke("export-sqlite", where, str(out))
+    assert code == 2 and where in stderr and "restricted" in stderr, stderr
+    assert not out.exists()
