@@ -96,7 +96,8 @@ class CallSink(Protocol):
     """Where the call recorder sends each finished call."""
 
     def record_calls(self, calls: Sequence[CallRecord]) -> None:
-        """Persist ``calls``; returning means they are acknowledged (durable)."""
+        """Persist ``calls``. Returning means durable, except inside a group commit (``TelemetryStore.group_commit``),
+        where it means queued: durable at the group's next flush."""
         ...
 
 
@@ -105,5 +106,6 @@ class TraceSink(CallSink, Protocol):
     """A sink that also records traces."""
 
     def record_trace(self, trace: TraceRecord, calls: Sequence[CallRecord] = ()) -> Any:
-        """Persist a trace together with its calls; returning means both are acknowledged."""
+        """Persist a trace together with its calls: durable on return, or queued for the next flush inside a group
+        commit."""
         ...

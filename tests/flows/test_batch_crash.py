@@ -18,15 +18,24 @@ from gil_core.testing import ScriptedOpenAIServer, ScriptedReply
 from tests.flows._support import write_task_file
 from tests.resolver._support import ROOT, Script, SupportModel
 
-TICKETS = 40
+TICKETS = 120
 
 
 class SlowModel(SupportModel):
     """Answers like SupportModel, a little slowly, so the kill lands while the batch is under way."""
 
+    delay = 0.05
+
     def __call__(self, body: object) -> ScriptedReply:  # type: ignore[override]
-        time.sleep(0.03)
+        time.sleep(self.delay)
         return super().__call__(body)  # type: ignore[arg-type]
+
+
+def stored_traces(folder: Path) -> int:
+    """Trace rows a batch has flushed so far (it group-commits: one file may hold many tickets)."""
+    if not folder.is_dir() or not any(name.endswith(".parquet") for name in os.listdir(folder)):
+        return 0
+    return TelemetryStore(folder.parent).read("traces").height
 
 
 def test_a_killed_batch_rerun_has_exactly_one_trace_per_ticket(tmp_path: Path) -> None:
@@ -42,9 +51,9 @@ def test_a_killed_batch_rerun_has_exactly_one_trace_per_ticket(tmp_path: Path) -
         traces = tmp_path / "store" / "traces"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and child.poll() is None:
-            if traces.is_dir() and len([p for p in os.listdir(traces) if p.endswith(".parquet")]) >= 5:
+            if stored_traces(traces) >= 5:
                 break
-            time.sleep(0.02)
+            time.sleep(0.05)
         assert child.poll() is None, child.stderr.read().decode() if child.stderr else "the batch ended early"
         os.kill(child.pid, signal.SIGKILL)
         child.wait()

@@ -20,7 +20,7 @@ from gil_core.resolver import Resolver
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import HashEmbeddingModel, ScriptedChatModel, ScriptedOpenAIServer
 from tests.flows._support import write_task_file
-from tests.flows.test_batch_crash import SlowModel  # answers like SupportModel, a little slowly
+from tests.flows.test_batch_crash import SlowModel, stored_traces  # SlowModel answers like SupportModel, slowly
 from tests.reliability._support import (
     ROOT,
     check_one_trace_per_ticket,
@@ -40,11 +40,15 @@ from tests.telemetry.test_durability import reaped
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
-LATER = 24  # tickets of the batch that runs while the feedback is applied
+LATER = 100  # tickets of the batch that runs while the feedback is applied (group-committed: it must last)
+
+
+class SlowerModel(SlowModel):
+    delay = 0.1  # 100 tickets of two calls, four in flight: about 5 s of batch for the feedback to overlap
 
 
 def test_a_batch_and_a_feedback_process_on_one_store_keep_every_row(tmp_path: Path) -> None:
-    with ScriptedOpenAIServer(responder=SlowModel({}, default=Script(answers=["None of these"]))) as server:
+    with ScriptedOpenAIServer(responder=SlowerModel({}, default=Script(answers=["None of these"]))) as server:
         task_file = write_task_file(tmp_path, server.base_url)
         earlier = make_tickets(16)
         trace_ids = asyncio.run(resolve_tickets(task_file, earlier))
@@ -64,11 +68,11 @@ def test_a_batch_and_a_feedback_process_on_one_store_keep_every_row(tmp_path: Pa
         feedback = spawn_child("feedback", str(task_file), str(verdicts_path))
         with reaped(batch, feedback):  # type: ignore[arg-type]
             traces = tmp_path / "store" / "traces"
-            started = len(list(traces.glob("*.parquet")))
+            started = stored_traces(traces)
             deadline = time.monotonic() + 120
-            while len(list(traces.glob("*.parquet"))) < started + 3:  # the batch is writing
+            while stored_traces(traces) < started + 3:  # the batch is writing
                 assert batch.poll() is None and time.monotonic() < deadline, batch.communicate()[1]
-                time.sleep(0.02)
+                time.sleep(0.05)
             assert feedback.stdout is not None
             assert feedback.stdout.readline() == "ready\n", feedback.communicate()[1]
             first_ack = feedback.stdout.readline().strip()
