@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.concurrency.asyncio import concurrency as hold_slots
+from prefect.settings import PREFECT_API_URL
 
 from flows._prefect import RunnerKind, batch_task_runner, ensure_endpoint_limits, gil_task
 from gil_core.batch import (
@@ -49,6 +52,32 @@ def plan_batch(
     return chunks, tickets, bad
 
 
+SLOT_WAIT_SECONDS = 600.0
+
+
+@asynccontextmanager
+async def held_slots(limits: list[str], occupy: int) -> AsyncIterator[None]:
+    """Hold ``occupy`` slots of each Prefect global concurrency limit in ``limits`` (none: nothing to hold).
+
+    Not strict: a limit an operator deactivated (or deleted) in the UI lifts the bound, with Prefect's warning.
+    Waiting is bounded: slots a killed batch left taken (leases live in the Prefect server's memory, so a
+    server that stopped with the batch never frees them) end in an error naming the limit and the fix.
+    """
+    if not limits:
+        yield
+        return
+    try:
+        async with hold_slots(limits, occupy=occupy, strict=False, timeout_seconds=SLOT_WAIT_SECONDS):
+            yield
+    except TimeoutError as exc:
+        names = ", ".join(limits)
+        raise RuntimeError(
+            f"no {occupy} free slot(s) of the Prefect concurrency limit(s) {names} within {SLOT_WAIT_SECONDS:.0f} s."
+            " If no other batch is running, a killed batch left them taken: free them with"
+            f" `prefect gcl update {limits[0]} --active-slots 0` (each limit in turn)"
+        ) from exc
+
+
 @gil_task(name="resolve chunk")
 async def resolve_chunk(
     task_file: str, tickets: list[Ticket], in_flight: int, limits: list[str], processes: int
@@ -64,8 +93,7 @@ async def resolve_chunk(
         if done == total or done % step == 0:
             logger.info("chunk: %d/%d tickets", done, total)
 
-    # not strict: a limit an operator deactivated (or deleted) in the UI lifts the bound, with Prefect's warning
-    async with hold_slots(limits, occupy=in_flight, strict=False), open_runtime(loaded) as runtime:
+    async with held_slots(limits, in_flight), open_runtime(loaded) as runtime:
         report = await resolve_batch(runtime.resolver, loaded.task, tickets, concurrency=in_flight, progress=progress)
     for item in report.failed:
         logger.warning("ticket failed: %s", item)
@@ -124,10 +152,17 @@ async def resolve_batch_flow(
 
     ``task_runner``: ``threads`` (one chunk in this process) or ``dask`` (chunks on a LocalCluster of ``workers``
     processes, or on the Dask scheduler at ``scheduler``). Calls in flight to each model server stay within its
-    Prefect global concurrency limit (created with ``concurrency``, default the task file's), across processes.
+    Prefect global concurrency limit (created with ``concurrency``, default the task file's), across processes;
+    a batch on threads against Prefect's ephemeral server is bounded by ``concurrency`` in-process instead.
     """
     loaded = load_task_file(task_file)
-    limits, slots = await ensure_endpoint_limits(model_endpoints(loaded), concurrency or loaded.concurrency)
+    wanted = concurrency or loaded.concurrency
+    if task_runner == "threads" and not PREFECT_API_URL.value():
+        # One process on its own ephemeral server: `concurrency` bounds it in-process. A global limit would only
+        # add risk here: that server keeps its leases in memory, so a killed batch's slots would stay taken.
+        limits, slots = [], wanted
+    else:
+        limits, slots = await ensure_endpoint_limits(model_endpoints(loaded), wanted)
     with batch_task_runner(task_runner, workers, scheduler) as (runner, parallel):
         chunks, valid, bad = plan_batch(task_file, str(Path(tickets)), parallel)
         in_flight = max(1, slots // parallel)
