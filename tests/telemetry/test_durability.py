@@ -67,20 +67,27 @@ def all_parquet_files_open(root: Path) -> int:
     return len(files)
 
 
-def test_every_acknowledged_trace_survives_sigkill_and_no_file_is_torn(tmp_path: Path) -> None:
-    root = tmp_path / "store"
-    writer = spawn("traces", str(root), "w", "1000000")
+def killed_after(mode: str, root: Path, count: int) -> list[str]:
+    """Run a ``_store_child.py`` writer in ``mode`` under ``root`` until it has acknowledged ``count`` trace ids,
+    SIGKILL it, and return the ids it acknowledged."""
+    writer = spawn(mode, str(root), "w", "1000000")
     acknowledged: list[str] = []
     with reaped(writer):
         go(writer)
         assert writer.stdout is not None
-        while len(acknowledged) < 30:
+        while len(acknowledged) < count:
             line = writer.stdout.readline()
             assert line, f"writer died early: {writer.communicate()[1]}"
             acknowledged.append(line.strip())
-        os.kill(writer.pid, signal.SIGKILL)  # most likely in the middle of the next record_trace
+        os.kill(writer.pid, signal.SIGKILL)
         writer.wait(timeout=60)
     assert writer.returncode == -signal.SIGKILL
+    return acknowledged
+
+
+def test_every_acknowledged_trace_survives_sigkill_and_no_file_is_torn(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    acknowledged = killed_after("traces", root, 30)  # most likely in the middle of the next record_trace
 
     assert all_parquet_files_open(root) >= 60
     store = TelemetryStore(root)

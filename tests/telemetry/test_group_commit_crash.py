@@ -16,25 +16,14 @@ from gil_core.resolver import Resolver
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import ScriptedChatModel, ScriptedReply
 from tests.resolver._support import support_task
-from tests.telemetry.test_durability import all_parquet_files_open, go, reaped, spawn
+from tests.telemetry.test_durability import all_parquet_files_open, go, killed_after, reaped, spawn
 
 TICKETS = 600
 
 
 def test_a_writer_killed_inside_a_group_loses_only_unflushed_rows(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    writer = spawn("group", str(root), "w", "1000000")
-    acknowledged: list[str] = []
-    with reaped(writer):
-        go(writer)
-        assert writer.stdout is not None
-        while len(acknowledged) < 60:
-            line = writer.stdout.readline()
-            assert line, f"writer died early: {writer.communicate()[1]}"
-            acknowledged.append(line.strip())
-        os.kill(writer.pid, signal.SIGKILL)  # most likely while appending, or in a flush
-        writer.wait(timeout=60)
-    assert writer.returncode == -signal.SIGKILL
+    acknowledged = killed_after("group", root, 60)  # most likely while appending, or in a flush
 
     files = all_parquet_files_open(root)  # every file a reader lists is whole
     store = TelemetryStore(root)
