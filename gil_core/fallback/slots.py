@@ -1,7 +1,8 @@
 """The slot filler: a template habit's blanks are read out of the request by the model, as one JSON object.
 
-Fixed blanks are never asked. The template is filled in one pass, so a value the model wrote (or a person typed
-into the request) that looks like ``{name}`` stays text. When the blanks cannot be filled, the result names
+Fixed blanks are never asked, and neither is a blank whose slot's pattern matches the request: when every blank
+is one of those, no call is made. The template is filled in one pass, so a value the model wrote (or a person
+typed into the request) that looks like ``{name}`` stays text. When the blanks cannot be filled, the result names
 them, so the caller can fall back to generation within the path above the habit.
 """
 
@@ -24,6 +25,9 @@ __all__ = ["SlotFill", "SlotFiller", "build_slot_messages"]
 
 # Small models wrap JSON in a Markdown fence however they are asked; that much is tolerated, nothing more.
 _FENCE = re.compile(r"```(?:json)?[ \t]*\n?(.*?)\n?[ \t]*```", re.DOTALL | re.IGNORECASE)
+# Patterns read at most the first 10,000 characters of the request. Tree authors are trusted (keeping a pattern
+# fast is theirs to do), requests are not: however long a request is, the search over it stays bounded.
+_PATTERN_WINDOW = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +43,8 @@ class SlotFill:
 
 
 def _template_slots(option: Option) -> tuple[str, tuple[Slot, ...]]:
-    """The template and its slots, after checking every placeholder has a slot and every fixed slot a value."""
+    """The template and its slots, after checking every placeholder has a slot, every fixed slot a value and
+    every pattern the shape that can fill a slot."""
     if option.kind is not OptionKind.TEMPLATE or option.template is None:
         raise ConfigurationError(f"option {option.id!r} is not a template")
     declared = {slot.name for slot in option.slots}
@@ -49,6 +54,9 @@ def _template_slots(option: Option) -> tuple[str, tuple[Slot, ...]]:
     unset = [slot.name for slot in option.slots if slot.is_fixed and slot.fixed is None]
     if unset:
         raise ConfigurationError(f"template {option.id!r} has fixed slots without a value: {unset}")
+    for slot in option.slots:
+        if (problem := slot.pattern_problem()) is not None:
+            raise ConfigurationError(f"template {option.id!r}, slot {slot.name!r}: {problem}")
     return option.template, option.slots
 
 
@@ -56,14 +64,48 @@ def _fixed_values(slots: Sequence[Slot]) -> dict[str, str]:
     return {slot.name: slot.fixed for slot in slots if slot.is_fixed and slot.fixed is not None}
 
 
+def _matched_values(request: str, slots: Sequence[Slot]) -> dict[str, str]:
+    """The value each pattern slot's first match in the request gives it: the one group's text, or the whole
+    match. A match whose value is empty or blank is passed over, as an empty value from the model would be."""
+    window = request[:_PATTERN_WINDOW]
+    values: dict[str, str] = {}
+    for slot in slots:
+        if slot.pattern is None:
+            continue
+        compiled = re.compile(slot.pattern)
+        for match in compiled.finditer(window):
+            value = match.group(1 if compiled.groups else 0)
+            if value is not None and value.strip():
+                values[slot.name] = value.strip()
+                break
+    return values
+
+
+def _known_values(request: str, slots: Sequence[Slot]) -> dict[str, str]:
+    """The values no model is asked for: fixed ones, and those the patterns read out of the request."""
+    return {**_fixed_values(slots), **_matched_values(request, slots)}
+
+
 def build_slot_messages(
     language: PromptLanguage, request: str, option: Option, *, complaint: str | None = None
 ) -> list[Message]:
-    """System = the slot instruction; user = the framed request, the template (fixed blanks already in), the
-    blanks to fill with their instructions, and the complaint about the last reply when there is one."""
+    """System = the slot instruction; user = the framed request, the template (fixed and pattern-filled blanks
+    already in), the blanks to fill with their instructions, and the complaint about the last reply when there is
+    one."""
     template, slots = _template_slots(option)
-    asked = [slot for slot in slots if not slot.is_fixed]
-    shown = fill(template, {**{slot.name: f"{{{slot.name}}}" for slot in asked}, **_fixed_values(slots)})
+    return _slot_messages(language, request, template, slots, _known_values(request, slots), complaint)
+
+
+def _slot_messages(
+    language: PromptLanguage,
+    request: str,
+    template: str,
+    slots: Sequence[Slot],
+    known: Mapping[str, str],
+    complaint: str | None,
+) -> list[Message]:
+    asked = [slot for slot in slots if slot.name not in known]
+    shown = fill(template, {**{slot.name: f"{{{slot.name}}}" for slot in asked}, **known})
     blanks = "\n".join(
         fill(language.list_item, {"item": fill(language.slot_blank, {"name": s.name, "instruction": s.instruction})})
         for s in asked
@@ -103,7 +145,8 @@ def _read_blanks(output: str | None, names: Sequence[str]) -> tuple[dict[str, st
 
 
 class SlotFiller:
-    """Fills a template habit's blanks from the request, asking ``model`` up to ``max_attempts`` times."""
+    """Fills a template habit's blanks from the request: what the slots' patterns find is taken as found, and
+    ``model`` is asked for the rest, up to ``max_attempts`` times."""
 
     def __init__(
         self,
@@ -121,10 +164,10 @@ class SlotFiller:
     async def fill(self, request: str, option: Option, *, node_id: str | None = None) -> SlotFill:
         """The template filled for ``request``; calls are recorded with role ``slot_fill`` and ``node_id``."""
         template, slots = _template_slots(option)
-        fixed = _fixed_values(slots)
-        names = [slot.name for slot in slots if not slot.is_fixed]
+        known = _known_values(request, slots)
+        names = [slot.name for slot in slots if slot.name not in known]
         if not names:
-            return SlotFill(fill(template, fixed), fixed, (), 0, 0.0)
+            return SlotFill(fill(template, known), known, (), 0, 0.0)
         language = self._language
 
         def check(output: str) -> dict[str, str] | Violation:
@@ -137,11 +180,11 @@ class SlotFiller:
             return values
 
         def build(complaint: str | None) -> list[Message]:
-            return build_slot_messages(language, request, option, complaint=complaint)
+            return _slot_messages(language, request, template, slots, known, complaint)
 
         result = await self._asker.ask(build, check, node_id=node_id)
         if result.value is not None:
-            values = {**fixed, **result.value}
+            values = {**known, **result.value}
             return SlotFill(fill(template, values), values, (), result.attempts, result.energy)
         partial, missing = _read_blanks(result.last_output, names)
-        return SlotFill(None, {**fixed, **(partial or {})}, missing, result.attempts, result.energy)
+        return SlotFill(None, {**known, **(partial or {})}, missing, result.attempts, result.energy)

@@ -19,7 +19,7 @@ __all__ = ["dump_tree", "load_tree", "parse_tree", "write_tree"]
 
 _NODE_KEYS = ("id", "label", "description", "label_scheme", "children", "options")
 _OPTION_KEYS = ("id", "kind", "label", "description", "text", "template", "slots", "steps", "origin")
-_SLOT_KEYS = ("name", "instruction", "fixed")
+_SLOT_KEYS = ("name", "instruction", "fixed", "pattern")
 _ID_LINE = re.compile(r"^\s*(?:-\s+)?id:\s*['\"]?([^'\"#\s]+)")
 
 
@@ -97,7 +97,11 @@ class _Reader:
             fields[key] = value_node
         return fields
 
-    def text(self, fields: Mapping[str, yaml.Node], key: str, owner: str | None, default: str = "") -> str:
+    def text(
+        self, fields: Mapping[str, yaml.Node], key: str, owner: str | None, default: str = "", *, numbers: bool = True
+    ) -> str:
+        """A scalar as text; a number is written back as text unless ``numbers`` is false, for values where YAML
+        has already changed what was written (``1.50`` reads as 1.5)."""
         value_node = fields.get(key)
         if value_node is None:
             return default
@@ -106,8 +110,8 @@ class _Reader:
         value = self.loader.construct_object(value_node)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise self.fail(f"{key!r} must be text, not {type(value).__name__}", value_node, owner)
+        if isinstance(value, bool) or not isinstance(value, str | int | float if numbers else str):
+            raise self.fail(f"{key!r} must be text, not {type(value).__name__} (quote it)", value_node, owner)
         return str(value)
 
     def identifier(self, fields: Mapping[str, yaml.Node], yaml_node: yaml.Node, what: str) -> str:
@@ -186,7 +190,13 @@ class _Reader:
         fixed = self.text(fields, "fixed", owner) if "fixed" in fields else None
         if (instruction == FIXED_INSTRUCTION) != (fixed is not None):
             raise self.fail("a slot has 'fixed' exactly when its instruction is the word 'fixed'", yaml_node, owner)
-        return Slot(name=self.text(fields, "name", owner), instruction=instruction, fixed=fixed)
+        name = self.text(fields, "name", owner)
+        pattern = self.text(fields, "pattern", owner, numbers=False) if "pattern" in fields else None
+        slot = Slot(name=name, instruction=instruction, fixed=fixed, pattern=pattern)
+        problem = slot.pattern_problem()
+        if problem is not None:
+            raise self.fail(f"slot {name!r}: {problem}", fields["pattern"], owner)
+        return slot
 
 
 def dump_tree(tree: Tree | Node) -> str:
@@ -255,4 +265,6 @@ def _slot_data(slot: Slot) -> dict[str, Any]:
     data: dict[str, Any] = {"name": slot.name, "instruction": slot.instruction}
     if slot.fixed is not None:
         data["fixed"] = slot.fixed
+    if slot.pattern is not None:
+        data["pattern"] = slot.pattern
     return data

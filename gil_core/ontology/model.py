@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -32,15 +33,36 @@ FIXED_INSTRUCTION = "fixed"
 
 @dataclass(frozen=True, slots=True)
 class Slot:
-    """A blank in a template. A slot whose instruction is the word ``fixed`` takes ``fixed`` and is never asked."""
+    """A blank in a template. A slot whose instruction is the word ``fixed`` takes ``fixed`` and is never asked;
+    a slot with a ``pattern`` (a Python regular expression) takes its first match in the request, and is asked
+    only when there is none."""
 
     name: str
     instruction: str
     fixed: str | None = None
+    pattern: str | None = None
 
     @property
     def is_fixed(self) -> bool:
         return self.instruction == FIXED_INSTRUCTION
+
+    def pattern_problem(self) -> str | None:
+        """Why ``pattern`` cannot fill this slot (None when it can, or when there is no pattern)."""
+        if self.pattern is None:
+            return None
+        if self.is_fixed:
+            return "a fixed slot takes no 'pattern'"
+        try:
+            compiled = re.compile(self.pattern)
+        except (re.error, OverflowError, RecursionError) as exc:  # the last two: huge counts, deep nesting
+            return f"'pattern' is no valid regular expression: {exc}"
+        if compiled.groups > 1:
+            return f"'pattern' has {compiled.groups} capturing groups: one at most (its text fills the slot)"
+        # Such a pattern's first match is usually the empty one at the start of the request, which says nothing:
+        # it is almost always a mistake for one that needs some characters (``\d*`` for ``\d+``).
+        if compiled.search("") is not None:
+            return "'pattern' matches the empty string"
+        return None
 
 
 @dataclass(frozen=True, slots=True)

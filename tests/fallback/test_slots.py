@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gil_core.errors import ConfigurationError
 from gil_core.fallback import SlotFiller, build_slot_messages
@@ -113,8 +117,113 @@ async def test_failure_keeps_the_blanks_that_were_filled() -> None:
         small_tree().option("refund-status"),
         Option("orphan", OptionKind.TEMPLATE, template="Order {order}.", slots=()),
         Option("unset", OptionKind.TEMPLATE, template="To {inbox}.", slots=(Slot("inbox", "fixed"),)),
+        Option("bad-pattern", OptionKind.TEMPLATE, template="{order}", slots=(Slot("order", "n", pattern="(\\d"),)),
+        Option("fixed-pattern", OptionKind.TEMPLATE, template="{a}", slots=(Slot("a", "fixed", "x", pattern="x"),)),
     ],
 )
 async def test_a_broken_template_is_a_configuration_error(option: Option) -> None:
     with pytest.raises(ConfigurationError):
         await SlotFiller(ScriptedChatModel(), ENGLISH).fill("hello", option)
+
+
+ORDER_PATTERN = r"\b([0-9]{4,6})\b"
+
+
+def late_order(*, reason_pattern: str | None = None) -> Option:
+    """Two asked blanks, the order number read by a pattern, and one fixed blank."""
+    return Option(
+        "late-order",
+        OptionKind.TEMPLATE,
+        template="Order {order} is late ({reason}); {team} will write to you.",
+        slots=(
+            Slot("order", "the order number", pattern=ORDER_PATTERN),
+            Slot("reason", "why it is late", pattern=reason_pattern),
+            Slot("team", "fixed", "the shipping team"),
+        ),
+    )
+
+
+async def test_a_template_whose_slots_all_match_their_patterns_makes_no_call() -> None:
+    scripted = ScriptedChatModel()
+    model, sink = recorded(scripted)
+    filler = SlotFiller(model, ENGLISH)
+    filled = await filler.fill("Order 48213 is stuck: customs hold.", late_order(reason_pattern=r"stuck: ([a-z ]+)"))
+
+    assert filled.output == "Order 48213 is late (customs hold); the shipping team will write to you."
+    assert filled.values == {"order": "48213", "reason": "customs hold", "team": "the shipping team"}
+    assert (filled.missing, filled.attempts, filled.energy) == ((), 0, 0.0)
+    assert (scripted.history, sink.calls) == ([], [])
+
+
+async def test_a_partial_match_asks_the_model_only_for_the_blanks_left() -> None:
+    scripted = ScriptedChatModel()
+    # The model's word on a blank a pattern filled is not asked for, and not taken.
+    scripted.enqueue('{"reason": "a strike", "order": "99999"}')
+    filled = await SlotFiller(scripted, ENGLISH).fill("where is 48213? the strike, I guess", late_order())
+
+    assert filled.output == "Order 48213 is late (a strike); the shipping team will write to you."
+    assert (filled.values["order"], filled.attempts) == ("48213", 1)
+    (call,) = scripted.history
+    assert call.messages[1]["content"] == (
+        "<request>\nwhere is 48213? the strike, I guess\n</request>\n\n"
+        "Reply template:\nOrder 48213 is late ({reason}); the shipping team will write to you.\n\n"
+        "Reply with one JSON object whose keys are these blanks and whose values are strings:\n"
+        '- "reason": why it is late'
+    )
+    assert call.messages == tuple(build_slot_messages(ENGLISH, "where is 48213? the strike, I guess", late_order()))
+
+
+async def test_a_pattern_without_a_match_leaves_its_blank_to_the_model() -> None:
+    scripted = ScriptedChatModel()
+    scripted.enqueue('{"order": "unknown", "reason": "weather"}')
+    filled = await SlotFiller(scripted, ENGLISH).fill("my order 12 is late, storms", late_order())
+
+    assert filled.output == "Order unknown is late (weather); the shipping team will write to you."
+    user = scripted.history[0].messages[1]["content"]
+    assert "Order {order} is late ({reason})" in user
+    assert user.endswith('- "order": the order number\n- "reason": why it is late')
+
+
+async def test_failure_keeps_what_the_patterns_found() -> None:
+    scripted = ScriptedChatModel()
+    scripted.enqueue("no idea")
+    filled = await SlotFiller(scripted, ENGLISH, max_attempts=1).fill("late: 48213", late_order())
+    assert (filled.output, filled.missing) == (None, ("reason",))
+    assert filled.values == {"order": "48213", "team": "the shipping team"}
+
+
+@pytest.mark.parametrize(
+    ("pattern", "value"),
+    [
+        (r"order #(\d+)", "3777"),  # one group: its text
+        (r"#\d+", "#3777"),  # no group: the whole match
+        (r"(?:order|ref) #(?P<number>\d+)", "3777"),  # a named group is the one group, (?:...) is none
+        (r"[0-9]{4}", "3777"),  # the first match wins: 1234 comes later
+        (r"order(?: #(\d+))?", "3777"),  # the first match's group took no part, so the next match fills
+        (r"label:(.*)", "print it"),  # surrounding spaces are trimmed, as in the model's values
+    ],
+)
+async def test_the_one_group_or_else_the_whole_first_match_fills_the_slot(pattern: str, value: str) -> None:
+    option = Option("o", OptionKind.TEMPLATE, template="[{order}]", slots=(Slot("order", "the order", None, pattern),))
+    scripted = ScriptedChatModel()
+    filled = await SlotFiller(scripted, ENGLISH).fill("order, then order #3777 and #1234\nlabel:  print it ", option)
+    assert (filled.output, filled.attempts, scripted.history) == (f"[{value}]", 0, [])
+
+
+async def test_patterns_read_only_the_first_10000_characters_of_the_request() -> None:
+    scripted = ScriptedChatModel()
+    scripted.enqueue('{"order": "unknown"}')
+    request = "because rain " + "." * (10_000 - len("because rain ") - 2) + " 48213"
+    filled = await SlotFiller(scripted, ENGLISH).fill(request, late_order(reason_pattern="because ([a-z]+)"))
+    assert (filled.values["order"], filled.values["reason"], len(scripted.history)) == ("unknown", "rain", 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(before=st.integers(0, 10_010), needle=st.text(alphabet="abcxyz#-.", min_size=1, max_size=6))
+def test_a_literal_pattern_fills_its_slot_exactly_when_it_lies_within_the_window(before: int, needle: str) -> None:
+    option = Option("o", OptionKind.TEMPLATE, template="{x}", slots=(Slot("x", "ask", pattern=re.escape(needle)),))
+    scripted = ScriptedChatModel()
+    scripted.enqueue('{"x": "asked"}')
+    filled = asyncio.run(SlotFiller(scripted, ENGLISH).fill(" " * before + needle, option))
+    inside = before + len(needle) <= 10_000
+    assert (filled.output, len(scripted.history)) == ((needle, 0) if inside else ("asked", 1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 import warnings
 from pathlib import Path
@@ -172,10 +173,92 @@ def test_lint_warns_when_sibling_descriptions_share_a_distinctive_word() -> None
     assert [f.node for f in lint_tree(tree)] == ["root"]
 
 
+PATTERN_TREE = """\
+id: root
+options:
+- id: late
+  kind: template
+  template: Order {order} is late; {team} will write.
+  slots:
+  - name: order
+    instruction: the order number
+    pattern: %s
+  - name: team
+    instruction: fixed
+    fixed: the shipping team
+"""
+
+
+def test_a_slot_pattern_loads_and_is_written_back_as_it_was() -> None:
+    text = PATTERN_TREE % r"\b([0-9]{4,6})\b"
+    tree = parse_tree(text)
+    assert tree.option("late").slots == (
+        Slot("order", "the order number", pattern=r"\b([0-9]{4,6})\b"),
+        Slot("team", "fixed", "the shipping team"),
+    )
+    assert dump_tree(tree) == text
+
+
+def test_a_slot_without_a_pattern_is_written_without_one() -> None:
+    text = (PATTERN_TREE % "x").replace("    pattern: x\n", "")
+    tree = parse_tree(text)
+    assert tree.option("late").slots[0].pattern is None
+    assert dump_tree(tree) == text and "pattern" not in text
+
+
+@pytest.mark.parametrize(
+    ("pattern", "words"),
+    [
+        ("'(order'", "'pattern' is no valid regular expression: missing ), unterminated subpattern"),
+        ("'a{99999999999}'", "'pattern' is no valid regular expression"),
+        ("'(\\d+)-(\\d+)'", "'pattern' has 2 capturing groups: one at most"),
+        ("'[0-9]*'", "'pattern' matches the empty string"),
+        ("''", "'pattern' matches the empty string"),
+        ("~", "'pattern' matches the empty string"),
+    ],
+)
+def test_a_bad_pattern_names_file_line_option_and_slot(tmp_path: Path, pattern: str, words: str) -> None:
+    path = write(tmp_path, PATTERN_TREE % pattern)
+    error = load_error(path)
+    assert (error.line, error.node) == (9, "late")
+    assert f"{path}:9: node 'late': slot 'order': {words}" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "words"), [("1234", "'pattern' must be text, not int (quote it)"), ("[a, b]", "'pattern' must be text")]
+)
+def test_a_pattern_yaml_does_not_read_as_text_is_refused(tmp_path: Path, pattern: str, words: str) -> None:
+    """Unlike other text, a number is refused: ``1.50`` would already have become 1.5."""
+    path = write(tmp_path, PATTERN_TREE % pattern)
+    error = load_error(path)
+    assert (error.line, error.node) == (9, "late") and f"{path}:9: node 'late': {words}" in str(error)
+
+
+def test_a_pattern_on_a_fixed_slot_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, PATTERN_TREE % "x" + "    pattern: team\n")
+    error = load_error(path)
+    assert (error.line, error.node) == (13, "late")
+    assert "slot 'team': a fixed slot takes no 'pattern'" in str(error)
+
+
+@pytest.mark.parametrize("name", ["support.yaml", "home.yaml"])
+def test_the_demo_trees_round_trip_byte_for_byte(name: str) -> None:
+    """Existing trees (slots without patterns among them) are written back exactly as the files hold them."""
+    path = Path(__file__).resolve().parents[2] / "ontologies" / name
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TreeLintWarning)
+        assert dump_tree(load_tree(path)) == path.read_text(encoding="utf-8")
+
+
 _ids = st.text(alphabet="abcdefghijklmnop-", min_size=1, max_size=8).filter(lambda s: s.strip("-"))
 _texts = st.text(
     alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=0, max_size=30
 ) | st.sampled_from(["yes", "null", "~", "1.5", "- x", "a: b", "'q'", "#c", " lead", "trail ", "{x}"])
+
+# Patterns hold backslashes, quotes and YAML's indicators; re.escape of non-empty text never matches the empty
+# string, and a group around it is the one group a pattern may have.
+_literals = _texts.filter(bool).map(re.escape)
+_patterns = st.none() | _literals | _literals.map(lambda pattern: f"({pattern})") | st.just(r"\b([0-9]{4,6})\b")
 
 
 @st.composite
@@ -197,7 +280,7 @@ def trees(draw: st.DrawFn) -> Tree:
             return Option(kind=kind, text=draw(_texts), **common)
         if kind is OptionKind.PROCEDURE:
             return Option(kind=kind, steps=draw(_texts), **common)
-        slot = Slot("s", "fixed", draw(_texts)) if draw(st.booleans()) else Slot("s", draw(_ids))
+        slot = Slot("s", "fixed", draw(_texts)) if draw(st.booleans()) else Slot("s", draw(_ids), None, draw(_patterns))
         return Option(kind=kind, template="before {s} after", slots=(slot,), **common)
 
     def node(depth: int) -> Node:
