@@ -215,6 +215,8 @@ async def resolve_batch(
     """
     tickets = list(tickets)
     report = BatchReport(trace_ids={t.id: ticket_trace_id(task.name, t.id) for t in tickets})
+    # The learned judge meets the batch current: refit after feedback, or picked up from another process.
+    await resolver.refresh_learned(task)
     done = existing_trace_ids(resolver.store, task.name)
     todo = [t for t in tickets if report.trace_ids[t.id] not in done]
     report.skipped = len(tickets) - len(todo)
@@ -438,6 +440,8 @@ async def apply_verdicts(resolver: Resolver, task: TaskDefinition, verdicts: Ite
     # (idempotent: an entry is keyed by its trace id); habit statistics are not counted twice.
     for trace_id in stored:
         await resolver.relearn(task, trace_id)
+    if report.applied:
+        await resolver.refresh_learned(task)  # the touched nodes refit before the next batch
     return report
 
 

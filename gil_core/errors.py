@@ -15,6 +15,7 @@
     │   ├── ExportRestrictedError the store is marked restricted (gil_core.telemetry.sqlite)
     │   └── SqliteLayoutError    a SQLite file is not in the reference's layout (gil_core.telemetry.sqlite)
     ├── UnknownTraceError        feedback names a trace the task does not have (task, trace_id)
+    ├── LearnedStateError        a stored learned judge cannot be used: unreadable, of another task (its file)
     └── MemoryUnavailableError   memory cannot answer: its embedder or store failed, or its circuit is open (task)
 """
 
@@ -25,6 +26,7 @@ __all__ = [
     "ConfigurationError",
     "GilError",
     "LabelCapacityError",
+    "LearnedStateError",
     "MemoryUnavailableError",
     "ModelError",
     "ModelUnavailableError",
@@ -133,3 +135,8 @@ class UnknownTraceError(GilError):
         self.trace_id = trace_id
         self.task = task
         super().__init__(message)
+
+
+class LearnedStateError(GilError):
+    """A stored learned judge cannot be used: unreadable, fitted for another task, or inconsistent. The message
+    names the file; the learned judge refits from the log (``gil_core.learned``)."""

@@ -22,14 +22,16 @@ from gil_core.diagnostics import Diagnostics, MemoryOutcome, default_diagnostics
 from gil_core.errors import ConfigurationError, GilError, MemoryUnavailableError, ModelError, UnknownTraceError
 from gil_core.fallback import FallbackGenerator, Generation, SlotFiller, TreeAnswerContract, run_procedure
 from gil_core.fallback.contracts import Contract
-from gil_core.habits.attribution import ReliabilityDelta, attribute_verdict
+from gil_core.habits.attribution import AnswerIndex, ReliabilityDelta, attribute_verdict
 from gil_core.habits.costs import evidence_from_row
 from gil_core.habits.counters import reliability_rows, walk_rows
 from gil_core.habits.shadows import Evidence, build_shadow_index
 from gil_core.judge import Candidate, Judge, ReflexJudge, SingleTokenJudge, TieredJudge
 from gil_core.judge.verify import SameRequestVerifier, Verifier
+from gil_core.learned import LearnedJudge, LearnedState, Learner
 from gil_core.llm import CallRecorder, ChatModel, EmbeddingModel, trace_scope
 from gil_core.llm.options import call_options
+from gil_core.llm.trace_vectors import TraceVectorCache
 from gil_core.memory import FeedbackEvent, Memory, Recall, rebuild_memory
 from gil_core.memory.evidence import MemoryEvidence
 from gil_core.memory.guard import HitGuard
@@ -73,6 +75,10 @@ class Resolver:
     model call, so it is neither recorded nor priced. ``provider`` names the limiter's bucket, and
     ``fallback_chat`` answers (recorded under its own name) when the limiter refuses or the model is down.
     ``verifier`` replaces the chat model's yes/no verification of memory hits in a task's verify band.
+
+    ``reflex_embedder`` embeds requests for the description reflex and the learned judge (``learned_reflex``);
+    giving memory the same ``TraceVectorCache`` makes one embedding serve memory, the judges and the vector
+    stored with the trace.
     """
 
     def __init__(
@@ -93,7 +99,10 @@ class Resolver:
         verifier: Verifier | None = None,
     ) -> None:
         self._store = store
+        if reflex_embedder is not None and not isinstance(reflex_embedder, TraceVectorCache):
+            reflex_embedder = TraceVectorCache(reflex_embedder)
         self._reflex_embedder = reflex_embedder
+        self._learner = Learner(store, reflex_embedder) if reflex_embedder is not None else None
         self._reflexes: dict[str, ReflexJudge] = {}
         self._memory = memory
         self._diagnostics = diagnostics or default_diagnostics()
@@ -114,10 +123,16 @@ class Resolver:
         # traces table costs a read of every file in it.
         self._recent: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._shadows: dict[str, Mapping[str, list[Candidate]]] = {}
+        self._answer_indexes: dict[str, AnswerIndex] = {}
 
     @property
     def store(self) -> TelemetryStore:
         return self._store
+
+    @property
+    def learner(self) -> Learner | None:
+        """The learned judges of this resolver's tasks (None without an embedder)."""
+        return self._learner
 
     # -- resolve ------------------------------------------------------------------------------------------
 
@@ -171,6 +186,10 @@ class Resolver:
             failure=outcome.failure,
         )
         counters = walk_rows(task.name, steps, outcome.deltas, trace.created_at)
+        if task.policy.learned is not None and not private and self._learner is not None:
+            vector = self._learner.vector_row(task.name, trace_id, text)
+            if vector is not None:  # the request's vector, for the learned judge's refits
+                counters["vectors"] = [vector]
         self._remember_row(trace_id, self._store.record_trace(trace, calls, extra_rows=counters))
         if failed is not None:
             raise failed
@@ -254,13 +273,21 @@ class Resolver:
         if not task.policy.use_tree or (not root.children and not root.options):
             return None, None  # the baseline, or a bare root: straight to generation, no judgment call
         shadows = self._shadow_index(task) if task.policy.show_shadows else None
-        traverser = GreedyTraverser(self._judge_for(task), task.policy.thresholds)
+        try:
+            judge = await self._learned_judge(task) if task.policy.learned is not None else self._judge_for(task)
+        except ModelError as exc:  # the embedder failed while the learned judge was being fitted
+            return None, f"learned judge failed: {exc}"
+        traverser = GreedyTraverser(judge, task.policy.thresholds)
         try:
             return await traverser.traverse(text, task.tree, shadows=shadows), None
         except ModelError as exc:
             return None, f"judge failed: {exc}"
 
     async def _answer(self, task: TaskDefinition, text: str, walk: Traversal | None, trace_id: str) -> _Outcome:
+        if _learned_none(task, walk):
+            # People confirmed "none of these" for requests like this one: that is the answer, no generation.
+            assert walk is not None
+            return _Outcome("none", task.language.none_of_these, walk.steps[0].p, walk)
         habit = walk.habit if walk is not None else None
         if habit is None:
             return await self._generate(task, text, walk)
@@ -353,6 +380,8 @@ class Resolver:
         self._store.append_many({"traces": [judged], "habit_reliability": reliability_rows(task.name, deltas)})
         self._remember_row(trace_id, judged)
         self._shadows.pop(task.name, None)
+        if task.policy.learned is not None and self._learner is not None:
+            self._learner.note_feedback(task.name)
         await self._learn(task, trace_id, row, correct, correction)
 
     async def relearn(self, task: TaskDefinition, trace_id: str) -> None:
@@ -392,6 +421,14 @@ class Resolver:
             pass  # memory is a cache: the verdict is stored, and a rebuild replays it
         except OSError:
             pass
+
+    async def refresh_learned(self, task: TaskDefinition, *, force: bool = False) -> LearnedState | None:
+        """Bring the task's learned judge up to the log: refit it when feedback arrived, when it is missing,
+        stale or unreadable (or ``force``), else pick up a newer one another process stored. None when the task
+        has no ``learned_reflex``."""
+        if task.policy.learned is None:
+            return None
+        return await self._require_learner(task).refresh(task, force=force)
 
     def feedback_history(self, task: str) -> list[FeedbackEvent]:
         """Every verdict the store holds for ``task``, in the order the requests came in."""
@@ -467,12 +504,7 @@ class Resolver:
         return stack
 
     def _judge_for(self, task: TaskDefinition) -> Judge:
-        if self._judge is not None:
-            deliberate: Judge = self._judge
-        else:
-            deliberate = SingleTokenJudge(
-                self._chat_for(task), task.language, order_seed=self._order_seed, extra_body=self._extra_body
-            )
+        deliberate = self._deliberate(task)
         threshold = task.policy.reflex_threshold
         if threshold is None:
             return deliberate
@@ -481,6 +513,42 @@ class Resolver:
         # One reflex per task keeps its candidate vectors warm across requests.
         reflex = self._reflexes.setdefault(task.name, ReflexJudge(self._reflex_embedder))
         return TieredJudge(reflex, deliberate, threshold)
+
+    def _deliberate(self, task: TaskDefinition) -> Judge:
+        if self._judge is not None:
+            return self._judge
+        return SingleTokenJudge(
+            self._chat_for(task), task.language, order_seed=self._order_seed, extra_body=self._extra_body
+        )
+
+    def _require_learner(self, task: TaskDefinition) -> Learner:
+        if self._learner is None:
+            raise ConfigurationError(f"task {task.name!r} asks for a learned reflex, but the resolver has no embedder")
+        return self._learner
+
+    async def _learned_judge(self, task: TaskDefinition) -> Judge:
+        """The learned judge in front of the task's other judges: reflex (when set), then the LLM."""
+        learner = self._require_learner(task)
+        policy = task.policy.learned
+        assert policy is not None
+        state = await learner.serving_state(task)
+        tree, thresholds = task.tree, task.policy.thresholds
+        return LearnedJudge(
+            state,
+            vector_of=learner.request_vector,
+            fallback=self._judge_for(task),
+            llm=self._deliberate(task),
+            audit_rate=policy.audit_rate,
+            threshold=lambda node_id, layer: thresholds.for_node(tree.node(node_id), layer),
+            answers=self._answer_index(task),
+            texts_of=learner.text_vectors,
+        )
+
+    def _answer_index(self, task: TaskDefinition) -> AnswerIndex:
+        index = self._answer_indexes.get(task.schema)
+        if index is None:
+            index = self._answer_indexes[task.schema] = AnswerIndex(task.tree)
+        return index
 
     def _generator(self, task: TaskDefinition) -> FallbackGenerator:
         return FallbackGenerator(
@@ -548,6 +616,13 @@ def _step_from_json(item: Mapping[str, Any]) -> Step:
         chosen=item.get("chosen"),
         p=item.get("p"),
     )
+
+
+def _learned_none(task: TaskDefinition, walk: Traversal | None) -> bool:
+    """Whether the learned judge served "none of these" at the root of a tree-answer task."""
+    if walk is None or walk.exit_reason != "none_selected" or len(walk.steps) != 1:
+        return False
+    return walk.steps[0].decided_by == "learned" and isinstance(task.contract, TreeAnswerContract)
 
 
 def _explores(trace_id: str, rate: float) -> bool:

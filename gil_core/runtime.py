@@ -17,6 +17,7 @@ import httpx
 from gil_core.errors import ConfigurationError
 from gil_core.llm import ChatModel, EmbeddingModel, EmbeddingRecorder, OpenAICompatibleChatModel
 from gil_core.llm.openai_compat import OpenAICompatibleEmbeddingModel
+from gil_core.llm.trace_vectors import TraceVectorCache
 from gil_core.maintenance import ENERGY_META_KEY
 from gil_core.memory import CircuitBreakingMemory, LanceDBMemory, Memory
 from gil_core.resolver import Resolver
@@ -111,15 +112,17 @@ async def open_runtime(
         chat_model = chat or await _chat_model(task_file.chat_model, stack)
         embedder = await _embedding_model(task_file.embedding_model, stack)
         memory: Memory | None = None
-        if embedder is not None and task_file.task.policy.memory_threshold is not None:
+        # One recorded embedder for memory and the judges, keeping each request's vector for its trace: a
+        # request is embedded once, whoever asks first.
+        requests = TraceVectorCache(EmbeddingRecorder(embedder, sink=store, energy=prices)) if embedder else None
+        if requests is not None and task_file.task.policy.memory_threshold is not None:
             # The breaker spares a failing embedding endpoint: after a failed lookup, lookups are misses without a
             # request until its cooldown ends (memory is a cache in front of the tree; a miss costs no answer).
             # Verdicts are still learnt (tried every time): they are rare, and memory must agree with them.
             memory = CircuitBreakingMemory(
-                LanceDBMemory(task_file.memory, EmbeddingRecorder(embedder, sink=store, energy=prices), s3=s3),
+                LanceDBMemory(task_file.memory, requests, s3=s3),
                 guard_writes=False,
             )
-        reflex = EmbeddingRecorder(embedder, sink=store, energy=prices) if embedder is not None else None
         fallback = (
             await _chat_model(task_file.fallback_chat_model, stack)
             if task_file.fallback_chat_model is not None
@@ -131,7 +134,7 @@ async def open_runtime(
             memory=memory,
             energy=prices,
             order_seed=task_file.order_seed,
-            reflex_embedder=reflex,
+            reflex_embedder=requests,
             client=client_parts(task_file),
             provider=_provider(task_file.chat_model),
             fallback_chat=fallback,

@@ -20,7 +20,7 @@ from gil_core.language import ENGLISH, KOREAN, PromptLanguage
 from gil_core.ontology import Tree, load_tree
 from gil_core.settings import GilSettings, load_settings
 from gil_core.storage import location
-from gil_core.tasks import TaskDefinition, TaskPolicy
+from gil_core.tasks import LearnedPolicy, TaskDefinition, TaskPolicy
 from gil_core.traverse import Thresholds
 
 __all__ = ["ModelSpec", "TaskFile", "TaskFileError", "load_task_file", "parse_task_file", "store_location"]
@@ -84,6 +84,9 @@ _KEYS = {
     "show_shadows": "true | false",
     "reflex_threshold": "number or null: judge each node by embeddings first, the LLM only below it",
     "memory_guard": "true | false (refuse memory hits that differ in a negation, number or amount)",
+    "learned_reflex": "{precision: 0.5..1, min_support, audit_rate, novelty, window, pooling, regularization, "
+    "exemplars} or null: judge each node by the classifier learned from confirmed answers first, where the log "
+    "lets it serve",
     "fallback_max_attempts": "integer ≥ 1",
     "slot_max_attempts": "integer ≥ 1",
     "fallback_max_tokens": "integer ≥ 1 (tokens one generation may produce; default 512)",
@@ -238,6 +241,20 @@ class _Reader:
             return TextContract(max_length=max_length)
         raise self.fail("contract", f"expected {_KEYS['contract']}, got {value!r}")
 
+    def learned(self) -> LearnedPolicy | None:
+        value = self.get("learned_reflex", dict, None)
+        if value is None:
+            return None
+        unknown = sorted(set(value) - set(LearnedPolicy.keys()))
+        if unknown:
+            raise self.fail("learned_reflex", f"unknown key {unknown[0]!r} ({', '.join(LearnedPolicy.keys())})")
+        if "precision" not in value:
+            raise self.fail("learned_reflex", "needs precision: the share of its served judgments that must be right")
+        try:
+            return LearnedPolicy(**value)
+        except (ConfigurationError, TypeError) as exc:
+            raise self.fail("learned_reflex", str(exc)) from exc
+
     def thresholds(self) -> Thresholds:
         value = self.get("thresholds", dict, required=True)
         if set(value) != {"per_layer", "leaf"}:
@@ -280,6 +297,7 @@ class _Reader:
                 memory_guard=self.get("memory_guard", bool, False),
                 reflex_threshold=self.get("reflex_threshold", (int, float), None),
                 do_not_record=self.get("do_not_record", bool, False),
+                learned=self.learned(),
             )
         except TaskFileError:
             raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
@@ -22,10 +22,79 @@ from gil_core.ontology.files import dump_tree
 from gil_core.ontology.model import Tree
 from gil_core.traverse import Thresholds
 
-__all__ = ["FallbackScope", "MemoryFailurePolicy", "Resolution", "TaskDefinition", "TaskPolicy"]
+__all__ = [
+    "FallbackScope",
+    "LearnedPolicy",
+    "MemoryFailurePolicy",
+    "Pooling",
+    "Resolution",
+    "TaskDefinition",
+    "TaskPolicy",
+]
 
 FallbackScope = Literal["path", "full"]
 MemoryFailurePolicy = Literal["miss", "error"]
+
+
+Pooling = Literal["layer", "node"]
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedPolicy:
+    """The task file's ``learned_reflex`` key.
+
+    ``precision`` (required: a threshold is a decision about precision) is the share of the learned judge's
+    served judgments that must be right. A node serves under the rule "proven" when the Wilson 95% lower bound of
+    its logged precision at some confidence cut reaches it, or "better" when, at a cut whose logged precision
+    reaches it, the LLM judged the same requests significantly worse (a one-sided sign test at 95%).
+
+    * ``min_support``: a node with fewer logged predictions than this reads the pooled evidence of the nodes of
+      its layer (``pooling: layer``), or only its own (``pooling: node``).
+    * ``audit_rate``: share of served judgments the LLM also judges, recorded and not served, so the comparison
+      with the LLM stays current.
+    * ``novelty``: the share of confirmed requests the novelty cut may refuse: a request less similar to every
+      confirmed request of the class it is predicted as than that quantile of what confirmed requests were to
+      their predecessors is not served.
+    * ``window``: the latest logged predictions per node the rules read.
+    * ``regularization``: the inverse regularisation strength ``C`` of the logistic regression.
+    * ``exemplars``: confirmed requests kept per class for the novelty check (the most recent ones).
+    """
+
+    precision: float
+    min_support: int = 20
+    audit_rate: float = 0.05
+    novelty: float = 0.05
+    window: int = 500
+    pooling: Pooling = "layer"
+    regularization: float = 10.0
+    exemplars: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("precision", "audit_rate", "novelty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ConfigurationError(f"learned_reflex.{name} must be a number, got {value!r}")
+        if not 0.5 <= self.precision < 1.0:
+            raise ConfigurationError(f"learned_reflex.precision must lie in [0.5, 1), got {self.precision!r}")
+        if not 0.0 <= self.audit_rate <= 1.0:
+            raise ConfigurationError(f"learned_reflex.audit_rate must lie in [0, 1], got {self.audit_rate!r}")
+        if not 0.0 <= self.novelty < 1.0:
+            raise ConfigurationError(f"learned_reflex.novelty must lie in [0, 1), got {self.novelty!r}")
+        for name in ("min_support", "window", "exemplars"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"learned_reflex.{name} must be an integer ≥ 1, got {value!r}")
+        if self.pooling not in ("layer", "node"):
+            raise ConfigurationError(f"learned_reflex.pooling must be 'layer' or 'node', not {self.pooling!r}")
+        if not (math.isfinite(self.regularization) and self.regularization > 0):
+            raise ConfigurationError(f"learned_reflex.regularization must be > 0, got {self.regularization!r}")
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        return tuple(cls.__dataclass_fields__)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +110,8 @@ class TaskPolicy:
     or an amount (see ``gil_core.memory.guard``). ``reflex_threshold`` set: each node is judged first by the
     embedding reflex judge, and the LLM only when the reflex's confidence is below it (needs an embedder).
     ``do_not_record`` keeps every request's text out of every table, log and cache (``Resolver.resolve``).
+    ``learned`` set: each node is first judged by the classifier learned from confirmed answers, where the log
+    lets it serve (``gil_core.learned``; needs an embedder), before the reflex and the LLM.
 
     Verified memory hits: with ``memory_verify`` set (below ``memory_threshold``, which is then the *accept*
     threshold), a hit with similarity in [memory_verify, memory_threshold) is served only when a one-token
@@ -66,6 +137,7 @@ class TaskPolicy:
     do_not_record: bool = False
     memory_verify: float | None = None
     verify_confidence: float = 0.8
+    learned: LearnedPolicy | None = None
 
     def __post_init__(self) -> None:
         if self.fallback_scope not in ("path", "full"):
@@ -143,7 +215,7 @@ class TaskDefinition:
             "memory_verify": policy.memory_verify,
             "verify_confidence": policy.verify_confidence,
             "examples": list(self.examples),
-        }
+        } | ({"learned_reflex": policy.learned.to_json()} if policy.learned is not None else {})
 
 
 def _describe_contract(contract: Contract) -> dict[str, Any]:

@@ -53,11 +53,18 @@ class Step:
     probs: Mapping[str, float] = field(default_factory=dict)
     energy: float = 0.0
     none_prob: float | None = None
-    decided_by: str | None = None  # "reflex" | "deliberate" when a tiered judge decided; None: the LLM judge
+    decided_by: str | None = None  # "learned" | "reflex" | "llm" | "deliberate"; None: the LLM judge alone
+    learned: Mapping[str, Any] | None = None  # the learned judge's prediction here, served or not
+    audit: Mapping[str, Any] | None = None  # the LLM's judgment of a served learned step (recorded, not served)
 
     def to_json(self) -> dict[str, Any]:
-        """The path step as the traces table stores it (``decided_by`` only when a tiered judge decided)."""
-        extra = {"decided_by": self.decided_by} if self.decided_by is not None else {}
+        """The path step as the traces table stores it (``decided_by``, ``learned`` and ``audit`` only when set:
+        steps of a walk without a tiered or learned judge keep the reference's keys)."""
+        extra: dict[str, Any] = {"decided_by": self.decided_by} if self.decided_by is not None else {}
+        if self.learned is not None:
+            extra["learned"] = dict(self.learned)
+        if self.audit is not None:
+            extra["audit"] = dict(self.audit)
         return extra | {
             "node": self.node,
             "layer": self.layer,
@@ -115,7 +122,10 @@ class GreedyTraverser:
             items: Sequence[Node | Option] = node.children or node.options
             candidates = [Candidate.of(item) for item in items]
             if node.is_leaf and shadows:
-                candidates += [replace_shadow(shadow) for shadow in shadows.get(node.id, ())]
+                # The most supported shadows first, as many as the node's labels can still show: a leaf whose
+                # confirmed answers outgrow its scheme keeps being judged (the rest wait for a review round).
+                room = max(0, node.label_scheme.capacity - len(candidates))
+                candidates += [replace_shadow(shadow) for shadow in list(shadows.get(node.id, ()))[:room]]
             if not candidates:
                 steps.append(Step(node=node.id, layer=layer, outcome="skip"))
                 return Traversal(tuple(steps), exit_reason="skip")
@@ -137,6 +147,8 @@ class GreedyTraverser:
                 energy=judgment.energy,
                 none_prob=dist.none_prob,
                 decided_by=getattr(judgment, "decided_by", None),
+                learned=getattr(judgment, "learned", None),
+                audit=getattr(judgment, "audit", None),
             )
             if reason is not None:
                 steps.append(judged)

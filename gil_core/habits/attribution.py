@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gil_core.ontology.model import OptionKind, Tree
+from gil_core.ontology.model import Option, OptionKind, Tree
 from gil_core.traverse import Step
 
-__all__ = ["ReliabilityDelta", "attribute_verdict", "habit_for_text"]
+__all__ = ["AnswerIndex", "ReliabilityDelta", "attribute_verdict", "habit_for_text"]
 
+_BLANK = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # a template's blank, as gil_core.language reads them
 HABIT_MODES = frozenset({"habit/answer", "habit/template", "habit/procedure"})
 GENERATED_MODES = frozenset({"fallback", "partial"})
 
@@ -35,6 +37,44 @@ def habit_for_text(tree: Tree, text: str | None) -> str | None:
         (option.id for option, _ in tree.options() if option.kind is OptionKind.ANSWER and option.text == wanted),
         None,
     )
+
+
+class AnswerIndex:
+    """Which of a tree's options an answer text is: an answer habit by its exact text, a template habit when the
+    text is that template with every blank filled (a fixed blank with its fixed value, the others with any
+    non-empty text). Procedures have no text of their own, so no answer names one. Built once per tree."""
+
+    def __init__(self, tree: Tree) -> None:
+        self._texts: dict[str, str] = {}
+        self._templates: list[tuple[re.Pattern[str], str]] = []
+        for option, _ in tree.options():
+            if option.kind is OptionKind.ANSWER and option.text:
+                self._texts.setdefault(option.text.strip(), option.id)
+            elif option.kind is OptionKind.TEMPLATE and option.template:
+                self._templates.append((_template_pattern(option), option.id))
+
+    def option_for(self, text: str | None) -> str | None:
+        """The id of the option ``text`` (stripped) is, or None when it is none of the tree's."""
+        if text is None or not text.strip():
+            return None
+        wanted = text.strip()
+        found = self._texts.get(wanted)
+        if found is not None:
+            return found
+        return next((option_id for pattern, option_id in self._templates if pattern.fullmatch(wanted)), None)
+
+
+def _template_pattern(option: Option) -> re.Pattern[str]:
+    fixed = {slot.name: slot.fixed for slot in option.slots if slot.is_fixed and slot.fixed is not None}
+    template = (option.template or "").strip()
+    parts, position = [], 0
+    for match in _BLANK.finditer(template):
+        parts.append(re.escape(template[position : match.start()]))
+        name = match.group(1)
+        parts.append(re.escape(fixed[name]) if name in fixed else r"(.+?)")
+        position = match.end()
+    parts.append(re.escape(template[position:]))
+    return re.compile("".join(parts), re.DOTALL)
 
 
 def attribute_verdict(

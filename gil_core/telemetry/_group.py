@@ -34,6 +34,7 @@ __all__ = [
 
 WRITE_ORDER: tuple[str, ...] = (
     "calls",  # before traces: a visible trace always has its calls
+    "vectors",  # and its request's vector
     "traces",
     "run_configs",
     "node_stats",

@@ -167,6 +167,8 @@ def _kind(dtype: pl.DataType) -> str | None:
         return "float"
     if isinstance(dtype, pl.Datetime):
         return "datetime"
+    if dtype == pl.Binary:
+        return "bytes"
     return None  # a dtype without a cheap check: such rows take the slow way (conform at once)
 
 
@@ -200,6 +202,8 @@ def conformable(table: str, rows: Sequence[Mapping[str, Any]]) -> bool:
                 fits = kind == "float"
             elif kind_of_value is datetime:
                 fits = kind == "datetime" and value.tzinfo is not None
+            elif kind_of_value is bytes:
+                fits = kind == "bytes"
             else:
                 fits = False
             if not fits:

@@ -30,6 +30,7 @@ __all__ = [
     "JSON_COLUMNS",
     "KEYS",
     "NULLABLE",
+    "REFERENCE_TABLES",
     "TABLES",
     "CallsSchema",
     "HabitReliabilitySchema",
@@ -41,6 +42,7 @@ __all__ = [
     "RunConfigsSchema",
     "StoreMetaSchema",
     "TracesSchema",
+    "VectorsSchema",
     "validate_frame",
 ]
 
@@ -272,6 +274,22 @@ class ReviewsSchema(_Table):
         name = "reviews"
 
 
+class VectorsSchema(_Table):
+    """The embedding of a request, kept with the log so that the learned judge refits without embedding again:
+    ``vector`` is ``dimensions`` little-endian float32 values, from the embedder named ``model``. Never written
+    for a do-not-record request. Not a reference table (added by the learned reflex)."""
+
+    trace_id: str
+    task: str
+    created_at: UtcTimestamp
+    model: str
+    dimensions: pl.Int64 = pa.Field(ge=1)
+    vector: pl.Binary
+
+    class Config:
+        name = "vectors"
+
+
 TABLES: Mapping[str, type[pa.DataFrameModel]] = {
     "traces": TracesSchema,
     "calls": CallsSchema,
@@ -283,8 +301,12 @@ TABLES: Mapping[str, type[pa.DataFrameModel]] = {
     "promotion_rounds": PromotionRoundsSchema,
     "promotions": PromotionsSchema,
     "reviews": ReviewsSchema,
+    "vectors": VectorsSchema,
 }
-"""Table name → its pandera model, in the reference's order."""
+"""Table name → its pandera model, in the reference's order (then the tables Gil added)."""
+
+REFERENCE_TABLES: tuple[str, ...] = tuple(name for name in TABLES if name != "vectors")
+"""The reference's tables: the SQLite layout (``gil_core.telemetry.sqlite``) holds exactly these."""
 
 COLUMNS: Mapping[str, tuple[str, ...]] = {name: tuple(model.to_schema().columns) for name, model in TABLES.items()}
 """Table name → its column names, in order."""
@@ -308,6 +330,7 @@ KEYS: Mapping[str, tuple[str, ...]] = {
     "store_meta": ("key",),
     "promotion_rounds": ("task", "at_index"),
     "promotions": ("task", "at_index", "option_id"),
+    "vectors": ("trace_id",),
 }
 """Keyed tables → their key: the last row written for a key supersedes earlier ones. ``reviews`` is a log."""
 

@@ -10,6 +10,9 @@ The layout is REFERENCE.md's "Telemetry layout": the ten tables, their columns i
   ``Z`` (``2026-11-30T09:34:04.123456Z``), so they sort as text and parse back to the same microsecond;
 * a null is ``NULL``.
 
+Gil's own tables (``vectors``, the requests' embeddings kept for the learned judge) are not part of the layout:
+they stay in the store, and a store imported from SQLite relearns from the requests confirmed after the import.
+
 Counter tables are exported as read (one row per key, increments summed), rows in the store's read order; import
 keeps the file's row order. A round trip into an empty store reads back identical frames.
 """
@@ -27,7 +30,7 @@ from pathlib import Path
 import polars as pl
 
 from gil_core.errors import TelemetryError
-from gil_core.telemetry.schemas import COLUMNS, COUNTERS, DTYPES, KEYS, NULLABLE, TABLES, validate_frame
+from gil_core.telemetry.schemas import COLUMNS, COUNTERS, DTYPES, KEYS, NULLABLE, REFERENCE_TABLES, validate_frame
 from gil_core.telemetry.store import TelemetryStore
 
 __all__ = [
@@ -124,7 +127,7 @@ def export_sqlite(store: TelemetryStore, out: Path) -> ExportReport:
         connection.execute("PRAGMA journal_mode=OFF")  # a fresh private file: the rename is the commit
         connection.execute("PRAGMA synchronous=OFF")  # synced once, as a whole, before the rename
         connection.execute("BEGIN")
-        rows = {table: _write_table(connection, table, store.read(table), out) for table in TABLES}
+        rows = {table: _write_table(connection, table, store.read(table), out) for table in REFERENCE_TABLES}
         connection.execute("COMMIT")
     return ExportReport(path=out, rows=rows)
 
@@ -226,7 +229,7 @@ def import_sqlite(db: Path, store: TelemetryStore) -> ImportReport:
         raise TelemetryError(f"{db}: no such SQLite file")
     with _connect(db, db, read_only=True) as connection:
         present = _tables_in(connection, db)
-        frames = {table: _read_table(connection, table, db) for table in TABLES if table in present}
+        frames = {table: _read_table(connection, table, db) for table in REFERENCE_TABLES if table in present}
     for table, frame in frames.items():
         validate_frame(table, frame)
     for table, frame in frames.items():
@@ -234,16 +237,16 @@ def import_sqlite(db: Path, store: TelemetryStore) -> ImportReport:
     return ImportReport(
         path=db,
         rows={table: frame.height for table, frame in frames.items()},
-        missing=tuple(table for table in TABLES if table not in present),
+        missing=tuple(table for table in REFERENCE_TABLES if table not in present),
     )
 
 
 def _tables_in(connection: sqlite3.Connection, db: Path) -> set[str]:
     query = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!'"
     names = [name for (name,) in connection.execute(query)]
-    unknown = [name for name in names if name not in TABLES]
+    unknown = [name for name in names if name not in REFERENCE_TABLES]
     if unknown:
-        known = ", ".join(TABLES)
+        known = ", ".join(REFERENCE_TABLES)
         raise SqliteLayoutError(f"unknown table (the layout's tables are {known})", path=db, table=unknown[0])
     return set(names)
 

@@ -67,6 +67,7 @@ import functools
 import json
 import logging
 import os
+import re
 import secrets
 import threading
 import time
@@ -106,6 +107,7 @@ _COMPACTED_SUFFIX = ".compacted.parquet"
 _REPLACES = "gil.replaces"
 _SEQ_RANGE = "gil.seq_range"
 _READ_ATTEMPTS = 20
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _T = TypeVar("_T")
 _log = logging.getLogger(__name__)
 
@@ -398,6 +400,28 @@ class TelemetryStore:
         )
 
     # -- internals ------------------------------------------------------------------------------------------
+
+    def side_folder(self, *parts: str) -> Folder:
+        """A folder of files kept beside the tables, under ``<root>/<parts…>`` (e.g. the learned judge's fitted
+        states): written and listed like a table's folder (atomic files, the same object-store settings), never
+        read as a table. Each part is a plain name (letters, digits, ``_ . -``; not ``.``/``..``, not a table's
+        name first), so nothing lands outside the store."""
+        if (
+            not parts
+            or parts[0] in TABLES
+            or any(not _PLAIN_NAME.fullmatch(part) or set(part) == {"."} for part in parts)
+        ):
+            raise TelemetryError(f"not a side folder of the store: {'/'.join(parts)!r}")
+        key = "/".join(parts)
+        folder = self._folders.get(key)
+        if folder is None:
+            if isinstance(self._location, Path):
+                folder = LocalFolder(self._location.joinpath(*parts))
+            else:
+                assert self._s3 is not None
+                folder = ObjectFolder(f"{self._location}/{key}", self._s3, self._filesystem)
+            self._folders[key] = folder
+        return folder
 
     def _folder(self, table: str) -> Folder:
         if table not in TABLES:

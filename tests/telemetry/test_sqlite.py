@@ -22,7 +22,8 @@ import polars as pl
 import pytest
 
 from gil_core.errors import ConfigurationError, TelemetryError
-from gil_core.telemetry import TABLES, CallRecord, TelemetryStore, TraceRecord
+from gil_core.telemetry import CallRecord, TelemetryStore, TraceRecord
+from gil_core.telemetry.schemas import REFERENCE_TABLES as TABLES
 from gil_core.telemetry.sqlite import (
     TIMESTAMP_FORMAT,
     ExportRestrictedError,

@@ -1,0 +1,36 @@
+"""The learned reflex: per tree node, a classifier learned from confirmed answers, served where the log shows it
+meets the task's precision or beats the LLM (``gil_core.learned.fit``), kept current after every feedback
+(``gil_core.learned.learner``), and judged on the request path with numpy alone (``gil_core.learned.judge``).
+The task's ``learned_reflex`` key (``gil_core.tasks.LearnedPolicy``) turns it on."""
+
+from gil_core.learned.fit import SIGNIFICANCE, choose_rule, fit_state, node_rows, prior_texts
+from gil_core.learned.judge import LearnedJudge, LearnedJudgment, audited
+from gil_core.learned.learner import LearnedStateWarning, Learner, describe_nodes, task_key
+from gil_core.learned.log import Confirmed, LearnedLog, Logged, VerdictDigest, read_learned_log, verdict_digest
+from gil_core.learned.state import LearnedState, NodeModel, Prediction, read_state, write_state
+
+__all__ = [
+    "SIGNIFICANCE",
+    "Confirmed",
+    "LearnedJudge",
+    "LearnedJudgment",
+    "LearnedLog",
+    "LearnedState",
+    "LearnedStateWarning",
+    "Learner",
+    "Logged",
+    "NodeModel",
+    "Prediction",
+    "VerdictDigest",
+    "audited",
+    "choose_rule",
+    "describe_nodes",
+    "fit_state",
+    "node_rows",
+    "prior_texts",
+    "read_learned_log",
+    "read_state",
+    "task_key",
+    "verdict_digest",
+    "write_state",
+]

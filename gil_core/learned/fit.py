@@ -1,0 +1,393 @@
+"""Fitting the learned judge from the log: a classifier per node, its novelty cut, and the rule it may serve by.
+
+* **Rows.** At each node the classes are its children (or a leaf's options); each has a prior row, the vector of
+  its ``"label — description"`` (a category's also those of the answers below it); every confirmed request whose
+  answer lies under the node adds a row labelled with the child on its confirmed path; at the root, requests
+  confirmed as "none of these" teach a ``none`` class. Classes are weighted by their inverse frequency, so
+  feedback that arrives one category after another does not make the classifier collapse onto the first ones.
+* **Classifier.** scikit-learn's multinomial ``LogisticRegression`` (``C`` = ``regularization``); only its
+  coefficients are kept. scikit-learn is imported here, never on the request path.
+* **Novelty.** For every confirmed request, in arrival order, the highest cosine to the confirmed requests of
+  its own class that came before it (the latest ``exemplars`` of them): what "alike" looks like for requests
+  that belong. The cut is the ``novelty`` quantile of those values (a node's own while it has ``min_support``
+  of them, else its layer's). A request less like its predicted class than that is not served.
+* **Rules**, from the logged predictions (made before their verdicts), latest ``window`` per node, a node's own
+  while it has ``min_support`` of them, else its layer's (leaves and inner nodes pooled apart, since their
+  thresholds differ); the same for the predictions the LLM also judged. The novelty check is not applied to
+  them: it only ever removes requests from what is served. Cuts run over the logged confidences from the
+  task's threshold at the node up:
+  - *proven*: the lowest cut whose Wilson 95% lower bound of precision reaches ``precision``;
+  - *better*: the lowest cut whose precision reaches ``precision``, where on the requests the LLM also judged
+    at the node the learned judge was right significantly more often than the LLM (a one-sided exact sign test
+    over the requests exactly one of the two got right, at 95%).
+  The rule with the lower cut applies (proven on a tie). A node that served before and meets neither is
+  *withdrawn* until a refit restores it; one that never served is *learning*.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gil_core.judge.prompt import Candidate
+from gil_core.judge.reflex import candidate_text
+from gil_core.learned.log import LearnedLog, Logged, confirmed_path
+from gil_core.learned.state import SERVING_RULES, LearnedState, NodeModel, Rule
+from gil_core.memory.evidence import wilson_lower_bound
+from gil_core.ontology.model import Node, Option, Tree
+from gil_core.tasks import LearnedPolicy
+
+__all__ = ["SIGNIFICANCE", "NodeRows", "fit_state", "node_rows", "prior_texts"]
+
+SIGNIFICANCE = 0.05
+"""The one-sided level of the sign test behind the rule "better than the LLM"."""
+
+
+@dataclass(frozen=True)
+class NodeRows:
+    """A node's training rows from the log: the classes, and for each confirmed request under the node its row
+    in the log's vectors and its class index."""
+
+    node: Node
+    layer: int
+    classes: tuple[str | None, ...]
+    rows: NDArray[np.int64]
+    labels: NDArray[np.int64]
+
+
+def prior_texts(tree: Tree, item: Node | Option) -> list[str]:
+    """What a class is known by before any request is confirmed: its ``"label — description"``, and for a
+    category those of every answer under it."""
+    texts = [candidate_text(Candidate.of(item))]
+    if isinstance(item, Node):
+        texts += [candidate_text(Candidate.of(option)) for option, _ in Tree(item).options()]
+    return list(dict.fromkeys(texts))
+
+
+def node_rows(tree: Tree, log: LearnedLog) -> list[NodeRows]:
+    """Every judged node's classes and confirmed rows (see the module doc)."""
+    paths = [confirmed_path(tree, item.option) for item in log.confirmed]
+    result = []
+    for node, layer in tree.iter_nodes():
+        items: Sequence[Node | Option] = node.children or node.options
+        if not items:
+            continue
+        classes: list[str | None] = [item.id for item in items]
+        index = {item.id: position for position, item in enumerate(items)}
+        rows, labels, nones = [], [], []
+        for row, path in enumerate(paths):
+            if node.id not in path:
+                continue
+            at = path.index(node.id)
+            if at + 1 < len(path):
+                rows.append(row)
+                labels.append(index[path[at + 1]])
+            elif node is tree.root:
+                nones.append(row)
+        if nones:
+            classes.append(None)
+            rows += nones
+            labels += [len(classes) - 1] * len(nones)
+        order = np.argsort(np.asarray(rows, dtype=np.int64), kind="stable")
+        result.append(
+            NodeRows(
+                node,
+                layer,
+                tuple(classes),
+                np.asarray(rows, dtype=np.int64)[order],
+                np.asarray(labels, dtype=np.int64)[order],
+            )
+        )
+    return result
+
+
+def fit_state(
+    *,
+    task: str,
+    tree: Tree,
+    tree_sha256: str,
+    threshold: Callable[[Node, int], float],
+    policy: LearnedPolicy,
+    log: LearnedLog,
+    priors: Mapping[str, NDArray[np.float32]],
+    embedder: str,
+    dimensions: int,
+    previous: LearnedState | None,
+) -> LearnedState:
+    """Fit every node (see the module doc). ``priors`` maps each prior text to its unit vector; ``threshold``
+    is the task's confidence threshold at a node on a layer."""
+    from sklearn.linear_model import LogisticRegression  # type: ignore[import-untyped]  # fit path only
+
+    vectors = log.vectors if log.vectors.size else np.zeros((0, dimensions), dtype=np.float32)
+    fitted: dict[str, NodeModel] = {}
+    calibration: dict[str, NDArray[np.float64]] = {}
+    for rows in node_rows(tree, log):
+        items: Sequence[Node | Option] = rows.node.children or rows.node.options
+        prior_x: list[NDArray[np.float32]] = []
+        prior_y: list[int] = []
+        for position, item in enumerate(items):
+            for text in prior_texts(tree, item):
+                prior_x.append(priors[text])
+                prior_y.append(position)
+        x = np.vstack([np.asarray(prior_x, dtype=np.float32).reshape(-1, dimensions), vectors[rows.rows]])
+        y = np.concatenate([np.asarray(prior_y, dtype=np.int64), rows.labels])
+        k = len(rows.classes)
+        if k == 1:
+            weights, bias = np.zeros((1, dimensions), np.float32), np.zeros(1, np.float32)
+        else:
+            model = LogisticRegression(C=policy.regularization, class_weight="balanced", max_iter=2000)
+            model.fit(x, y)
+            weights, bias = _softmax_parameters(model.coef_, model.intercept_, model.classes_, k, dimensions)
+        exemplar_rows = _latest_per_class(rows.labels, k, policy.exemplars)
+        calibration[rows.node.id] = _prequential_nearest(vectors[rows.rows], rows.labels, policy.exemplars)
+        fitted[rows.node.id] = NodeModel(
+            node_id=rows.node.id,
+            layer=rows.layer,
+            classes=rows.classes,
+            weights=weights,
+            bias=bias,
+            exemplars=vectors[rows.rows[exemplar_rows]].astype(np.float32),
+            exemplar_class=rows.labels[exemplar_rows].astype(np.int32),
+            novelty_cut=None,
+            rule="learning",
+            cut=None,
+            evidence="node",
+            report={"rows": len(rows.rows), "priors": len(prior_y), "classes": k},
+        )
+    layers = {model.node_id: _group(tree, model) for model in fitted.values()}
+    cuts = _novelty_cuts(calibration, layers, policy)
+    nodes = {
+        node_id: _with_rule(
+            model,
+            novelty_cut=cuts[node_id],
+            logged=_evidence(node_id, log.logged, layers, policy),
+            threshold=threshold(tree.node(node_id), model.layer),
+            policy=policy,
+            previous=previous.nodes.get(node_id) if previous is not None else None,
+        )
+        for node_id, model in fitted.items()
+    }
+    return LearnedState(
+        task=task,
+        tree_sha256=tree_sha256,
+        embedder=embedder,
+        dimensions=dimensions,
+        fitted_on=log.digest.to_json(),
+        fitted_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        policy=policy.to_json(),
+        nodes=nodes,
+    )
+
+
+def _softmax_parameters(
+    coef: NDArray[np.float64], intercept: NDArray[np.float64], seen: NDArray[np.int64], k: int, dimensions: int
+) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+    """scikit-learn's coefficients as k softmax rows (a binary fit has one row: its classes' logits differ by it)."""
+    weights = np.zeros((k, dimensions), dtype=np.float64)
+    bias = np.zeros(k, dtype=np.float64)
+    if len(seen) == 2 and coef.shape[0] == 1:
+        weights[seen[1]], bias[seen[1]] = coef[0], intercept[0]
+    else:
+        weights[seen], bias[seen] = coef, intercept
+    if len(seen) < k:  # a class without any row can never win
+        missing = np.setdiff1d(np.arange(k), seen)
+        bias[missing] = -1e4
+    return weights.astype(np.float32), bias.astype(np.float32)
+
+
+def _latest_per_class(labels: NDArray[np.int64], k: int, keep: int) -> NDArray[np.int64]:
+    """Positions of the latest ``keep`` rows of each class (rows are in arrival order)."""
+    chosen = [np.flatnonzero(labels == c)[-keep:] for c in range(k)]
+    return np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
+
+
+def _prequential_nearest(x: NDArray[np.float32], labels: NDArray[np.int64], keep: int) -> NDArray[np.float64]:
+    """For each row with an earlier row of its class: its highest cosine to the latest ``keep`` of those."""
+    values: list[float] = []
+    for c in np.unique(labels):
+        rows = x[labels == c]
+        if len(rows) < 2:
+            continue
+        for start in range(1, len(rows), 256):
+            block = rows[start : start + 256]
+            low = max(0, start - keep)
+            similarities = block @ rows[low : start + len(block)].T  # block row i sits at column start - low + i
+            for i in range(len(block)):
+                end = start - low + i
+                values.append(float(similarities[i, max(0, end - keep) : end].max()))
+    return np.asarray(values, dtype=np.float64)
+
+
+def _group(tree: Tree, model: NodeModel) -> tuple[int, bool]:
+    """The pool a node's evidence joins while its own is thin: its layer, leaves and inner nodes apart."""
+    return model.layer, tree.node(model.node_id).is_leaf
+
+
+def _novelty_cuts(
+    calibration: Mapping[str, NDArray[np.float64]], groups: Mapping[str, tuple[int, bool]], policy: LearnedPolicy
+) -> dict[str, float | None]:
+    pooled: dict[tuple[int, bool], list[NDArray[np.float64]]] = defaultdict(list)
+    for node_id, values in calibration.items():
+        pooled[groups[node_id]].append(values)
+    cuts: dict[str, float | None] = {}
+    for node_id, values in calibration.items():
+        if len(values) < policy.min_support and policy.pooling == "layer":
+            values = np.concatenate(pooled[groups[node_id]])
+        cuts[node_id] = _lower_quantile(values, policy.novelty)
+    return cuts
+
+
+def _lower_quantile(values: NDArray[np.float64], share: float) -> float | None:
+    """The value below which at most ``share`` of ``values`` lie (the smallest when there are few)."""
+    if len(values) == 0:
+        return None
+    ordered = np.sort(values)
+    rank = max(1, math.floor(share * (len(values) + 1)))
+    return float(ordered[min(rank, len(values)) - 1])
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """What a node's rules read: logged predictions (for precision) and those the LLM judged too (for the
+    comparison), each the node's own while it has ``min_support`` of them, else its layer's; and every logged
+    prediction of the node's own (for coverage)."""
+
+    rows: list[Logged]
+    rows_from: str
+    pairs: list[Logged]
+    pairs_from: str
+    own: list[Logged]
+
+
+def _evidence(
+    node_id: str,
+    logged: Sequence[Logged],
+    groups: Mapping[str, tuple[int, bool]],
+    policy: LearnedPolicy,
+) -> _Evidence:
+    def latest(items: list[Logged], keep: Callable[[Logged], bool]) -> tuple[list[Logged], str]:
+        own = [item for item in items if item.node_id == node_id and keep(item)][-policy.window :]
+        if len(own) >= policy.min_support or policy.pooling == "node":
+            return own, "node"
+        per_node: dict[str, list[Logged]] = defaultdict(list)
+        for item in items:
+            if groups.get(item.node_id) == groups[node_id] and keep(item):
+                per_node[item.node_id].append(item)
+        return [item for kept in per_node.values() for item in kept[-policy.window :]], "layer"
+
+    rows, rows_from = latest(list(logged), lambda item: True)
+    pairs, pairs_from = latest(list(logged), lambda item: item.llm_right is not None)
+    return _Evidence(rows, rows_from, pairs, pairs_from, [item for item in logged if item.node_id == node_id])
+
+
+def _with_rule(
+    model: NodeModel,
+    *,
+    novelty_cut: float | None,
+    logged: _Evidence,
+    threshold: float,
+    policy: LearnedPolicy,
+    previous: NodeModel | None,
+) -> NodeModel:
+    own = logged.own
+    choice = choose_rule(logged.rows, logged.pairs, threshold=threshold, target=policy.precision)
+    coverage = None
+    if choice.rule is not None and choice.cut is not None and novelty_cut is not None and own:
+        served = [item.confidence >= choice.cut and item.near is not None and item.near >= novelty_cut for item in own]
+        coverage = sum(served) / len(own)
+    rule: Rule
+    if choice.rule is not None:
+        rule = choice.rule
+    elif previous is not None and (previous.rule in SERVING_RULES or previous.rule == "withdrawn"):
+        rule = "withdrawn"
+    else:
+        rule = "learning"
+    report = {
+        **model.report,
+        "logged": len(own),
+        "evidence_rows": len(logged.rows),
+        "pairs_from": logged.pairs_from,
+        "coverage": coverage,
+        "novelty_cut": novelty_cut,
+        **choice.report(),
+    }
+    return replace(
+        model,
+        novelty_cut=novelty_cut,
+        rule=rule,
+        cut=choice.cut if choice.rule is not None else None,
+        evidence=logged.rows_from,
+        report=report,
+    )
+
+
+@dataclass(frozen=True)
+class RuleChoice:
+    """What the rules found on one node's evidence: the applicable rule (None: neither) with its cut, and the
+    figures at that cut (or, when neither applies, at the task's threshold)."""
+
+    rule: Rule | None
+    cut: float | None
+    support: int
+    precision: float | None
+    lower_bound: float | None
+    p_value: float | None
+    pairs: int
+    llm_precision: float | None
+
+    def report(self) -> dict[str, float | int | str | None]:
+        return {
+            "cut": self.cut,
+            "support": self.support,
+            "precision": self.precision,
+            "lower_bound": self.lower_bound,
+            "p_value": self.p_value,
+            "pairs": self.pairs,
+            "llm_precision": self.llm_precision,
+        }
+
+
+_NOTHING = RuleChoice(None, None, 0, None, None, None, 0, None)
+
+
+def choose_rule(rows: Sequence[Logged], pairs: Sequence[Logged], *, threshold: float, target: float) -> RuleChoice:
+    """The lowest cut (from ``threshold`` up, over the logged confidences of ``rows``) under each rule (module
+    doc): precision is read on ``rows``, the comparison with the LLM on ``pairs``."""
+    from scipy.stats import binom  # type: ignore[import-untyped]  # fit path only
+
+    if not rows:
+        return _NOTHING
+    confidence = np.asarray([item.confidence for item in rows], dtype=np.float64)
+    right = np.asarray([item.right for item in rows], dtype=bool)
+    paired_right = np.asarray([item.right for item in pairs], dtype=bool)
+    llm = np.asarray([bool(item.llm_right) for item in pairs], dtype=bool)
+    # The comparison is over every request both judged (not only those above a cut): is the LLM, asked here,
+    # measurably worse than the learned judge would have been?
+    wins, losses = int((paired_right & ~llm).sum()), int((~paired_right & llm).sum())
+    p_value = float(binom.sf(wins - 1, wins + losses, 0.5)) if wins + losses else 1.0
+    llm_precision = float(llm.mean()) if len(pairs) else None
+    levels = np.unique(confidence[confidence >= threshold])
+    figures: list[RuleChoice] = []
+    proven_at: int | None = None
+    better_at: int | None = None
+    for position, cut in enumerate(levels):
+        above = confidence >= cut
+        n, k = int(above.sum()), int((above & right).sum())
+        lower = wilson_lower_bound(k, n)
+        figures.append(RuleChoice(None, float(cut), n, k / n, lower, p_value, len(pairs), llm_precision))
+        if proven_at is None and lower >= target:
+            proven_at = position
+        if better_at is None and k / n >= target and p_value < SIGNIFICANCE:
+            better_at = position
+    if proven_at is None and better_at is None:
+        return replace(figures[0], cut=None) if figures else _NOTHING
+    if better_at is None or (proven_at is not None and proven_at <= better_at):
+        assert proven_at is not None
+        return replace(figures[proven_at], rule="proven")
+    return replace(figures[better_at], rule="better")

@@ -1,0 +1,191 @@
+"""The learned judge on the request path: a ``Judge`` that serves a node's learned judgment where the node's rule
+lets it, and asks the next judge (the description reflex, or the LLM) everywhere else.
+
+Its prediction is recorded at every node it could judge, served or not (``Step.learned``: choice, confidence,
+novelty similarity and what became of it), so the log holds predictions made before their verdicts: the
+evidence the next fit reads. A share (``audit_rate``) of served judgments is also put to the LLM, recorded in
+``Step.audit`` and not served, so the comparison with the LLM stays current.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gil_core.errors import ModelError
+from gil_core.habits.attribution import AnswerIndex
+from gil_core.judge.distribution import LabelDistribution, read_distribution
+from gil_core.judge.prompt import Candidate, label_candidates
+from gil_core.judge.single_token import Judge, Judgment
+from gil_core.learned.state import LearnedState, Prediction
+from gil_core.llm.ports import TokenLogprob
+from gil_core.llm.recorder import call_scope, current_trace_id
+from gil_core.ontology.labels import LabelScheme
+from gil_core.telemetry.records import CandidateShown
+
+__all__ = ["LearnedJudge", "LearnedJudgment", "audited"]
+
+VectorOf = Callable[[str], Awaitable[NDArray[np.float32]]]
+TextsOf = Callable[[Sequence[str]], Awaitable[NDArray[np.float32]]]
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedJudgment(Judgment):
+    """A ``Judgment`` saying who decided (``learned``, ``reflex`` or ``llm``), what the learned judge predicted
+    (None where it has no model), and, for an audited served judgment, what the LLM said."""
+
+    decided_by: str = "llm"
+    learned: Mapping[str, Any] | None = None
+    audit: Mapping[str, Any] | None = None
+
+
+class LearnedJudge:
+    """``Judge`` by ``state`` where a node may serve (module doc), else by ``fallback``; ``llm`` judges audits.
+
+    ``vector_of`` gives the request's unit vector (one embedding per request: memory's, when it embedded the
+    request first). ``threshold(node_id, layer)`` is the task's confidence threshold there, which an audited
+    LLM judgment must reach to count as what the LLM would have chosen. ``answers`` tells which shown shadows
+    are tree answers after all (filled templates); another shadow at a node leaves that node to the LLM.
+    """
+
+    def __init__(
+        self,
+        state: LearnedState,
+        *,
+        vector_of: VectorOf,
+        fallback: Judge,
+        llm: Judge,
+        audit_rate: float,
+        threshold: Callable[[str, int], float],
+        answers: AnswerIndex,
+        texts_of: TextsOf,
+    ) -> None:
+        self._state = state
+        self._vector_of = vector_of
+        self._fallback = fallback
+        self._llm = llm
+        self._audit_rate = audit_rate
+        self._threshold = threshold
+        self._answers = answers
+        self._texts_of = texts_of
+
+    async def judge(
+        self,
+        request: str,
+        node_id: str,
+        candidates: Sequence[Candidate],
+        *,
+        scheme: LabelScheme,
+        layer: int | None = None,
+    ) -> LearnedJudgment:
+        model = self._state.nodes.get(node_id)
+        if model is None:
+            return await self._ask_fallback(request, node_id, candidates, scheme, layer, None, 0.0)
+        shown = label_candidates(candidates, scheme, node_id=node_id)
+        with call_scope("embed", node_id=node_id, layer=layer, candidates=shown) as scope:
+            try:
+                vector = await self._vector_of(request)
+            except ModelError:  # without a vector the learned judge has nothing to say: the next judge decides
+                vector = None
+            prediction = model.predict(vector) if vector is not None else None
+            decision = None
+            distribution = None
+            if prediction is not None and vector is not None:
+                decision = model.decide(prediction)
+                if decision == "served" and await self._like_a_shadow(vector, prediction, candidates):
+                    decision = "shadow"
+                distribution = _distribution(prediction, shown)
+                scope.annotate(
+                    distribution=distribution.probs,
+                    label_mass=distribution.label_mass,
+                    confidence=distribution.confidence,
+                    outcome=distribution.outcome,
+                )
+        energy = scope.energy
+        if prediction is None or distribution is None:
+            return await self._ask_fallback(request, node_id, candidates, scheme, layer, None, energy)
+        note = {"choice": prediction.choice, "p": prediction.confidence, "near": prediction.near, "why": decision}
+        if decision != "served":
+            return await self._ask_fallback(request, node_id, candidates, scheme, layer, note, energy)
+        audit = None
+        trace_id = current_trace_id()
+        if trace_id is not None and audited(trace_id, node_id, self._audit_rate):
+            try:
+                asked = await self._llm.judge(request, node_id, candidates, scheme=scheme, layer=layer)
+            except ModelError:
+                asked = None  # an audit is not served: its failure changes nothing but the evidence
+            if asked is not None:
+                energy += asked.energy
+                audit = _audit_note(asked, self._threshold(node_id, layer or 1))
+        return LearnedJudgment(node_id, shown, distribution, energy, "learned", note, audit)
+
+    async def _like_a_shadow(
+        self, vector: NDArray[np.float32], prediction: Prediction, candidates: Sequence[Candidate]
+    ) -> bool:
+        """Whether the request is at least as like a shown shadow's first request as like the confirmed requests
+        of the class it is predicted as. A shadow is a confirmed answer the tree does not hold, so it is no
+        learned class: such a request is left to the LLM, which is shown the shadow. A filled template is its
+        template's class, not a shadow of its own."""
+        texts = [
+            c.description
+            for c in candidates
+            if c.is_shadow and c.description and self._answers.option_for(c.answer) is None
+        ]
+        if not texts:
+            return False
+        try:
+            similarity = float((await self._texts_of(texts) @ vector).max())
+        except ModelError:
+            return True  # cannot tell: the LLM, which sees the shadows, judges
+        return prediction.near is None or similarity >= prediction.near
+
+    async def _ask_fallback(
+        self,
+        request: str,
+        node_id: str,
+        candidates: Sequence[Candidate],
+        scheme: LabelScheme,
+        layer: int | None,
+        note: Mapping[str, Any] | None,
+        energy: float,
+    ) -> LearnedJudgment:
+        judgment = await self._fallback.judge(request, node_id, candidates, scheme=scheme, layer=layer)
+        decided_by = "reflex" if getattr(judgment, "decided_by", None) == "reflex" else "llm"
+        return LearnedJudgment(
+            judgment.node_id, judgment.shown, judgment.distribution, judgment.energy + energy, decided_by, note
+        )
+
+
+def _distribution(prediction: Prediction, shown: Sequence[CandidateShown]) -> LabelDistribution:
+    """The prediction over the labels shown, read like a model's first token (labels, ties and trust follow the
+    LLM judge's rules); shadows, which are no learned class, get nothing."""
+    probability = {choice: float(p) for choice, p in zip(prediction.classes, prediction.probabilities, strict=True)}
+    alternatives = [
+        TokenLogprob(item.shown_as, math.log(p) if (p := probability.get(item.id, 0.0)) > 0 else None) for item in shown
+    ]
+    return read_distribution(alternatives, shown, trust_threshold=0.0)
+
+
+def _audit_note(judgment: Judgment, threshold: float) -> dict[str, Any]:
+    """What the LLM would have chosen: its accepted child (None when it would exit), and whether none won."""
+    distribution = judgment.distribution
+    accepted = distribution.choice if distribution.confidence >= threshold else None
+    return {
+        "choice": accepted,
+        "none": bool(distribution.trusted and distribution.none_selected),
+        "p": distribution.confidence,
+    }
+
+
+def audited(trace_id: str, node_id: str, rate: float) -> bool:
+    """Whether this node of this trace is one of the ``rate`` share audited: stable per trace and node."""
+    if rate <= 0.0:
+        return False
+    draw = int(hashlib.sha256(f"{trace_id}\x1f{node_id}".encode()).hexdigest()[:8], 16) / 0x1_0000_0000
+    return draw < rate
