@@ -21,6 +21,7 @@ from rich.table import Table
 
 from gil_core.batch import apply_verdicts, read_tickets, read_verdicts, resolve_batch, write_results
 from gil_core.errors import GilError
+from gil_core.learned import describe_nodes
 from gil_core.ontology import TreeLintWarning, lint_tree, load_tree
 from gil_core.runtime import open_runtime
 from gil_core.taskfile import TaskFile, load_task_file
@@ -205,8 +206,64 @@ def stats(
     from gil_core.telemetry import TelemetryStore
 
     loaded = task_file(task_file_path)
-    result = guarded(lambda: TelemetryStore(loaded.store).stats(loaded.task.name, window, tree=loaded.task.tree))
-    emit(result.to_json(), as_json, lambda: console.print(result.render(), highlight=False))
+    store = guarded(lambda: TelemetryStore(loaded.store))
+    result = guarded(lambda: store.stats(loaded.task.name, window, tree=loaded.task.tree))
+    state = guarded(lambda: stored_learned_state(store, loaded)) if loaded.task.policy.learned is not None else None
+    nodes = describe_nodes(state) if state is not None else None
+
+    def render() -> None:
+        console.print(result.render(), highlight=False)
+        if loaded.task.policy.learned is not None:
+            console.print(_learned_table(nodes) if nodes is not None else "learned reflex: not fitted yet")
+
+    emit({**result.to_json(), "learned": nodes}, as_json, render)
+
+
+def stored_learned_state(store: Any, loaded: TaskFile) -> Any:
+    from gil_core.learned import stored_state
+
+    return stored_state(store, loaded.task)
+
+
+def _learned_table(nodes: list[dict[str, Any]]) -> Table:
+    """Per node: how many rows it learned from, the rule it serves by, its cut and the log's figures there."""
+    table = Table(title="learned reflex, per node")
+    for column in ("node", "rows", "classes", "rule", "evidence", "cut", "precision", "lower bound", "coverage"):
+        table.add_column(column, justify="left" if column in ("node", "rule", "evidence") else "right")
+    for row in nodes:
+        figures = [row[name] for name in ("cut", "precision", "lower_bound", "coverage")]
+        table.add_row(
+            row["node"],
+            f"{row['rows']:,}",
+            str(row["classes"]),
+            row["rule"],
+            row["evidence"],
+            *("—" if value is None else f"{value:.3f}" for value in figures),
+        )
+    return table
+
+
+@app.command("fit-reflex")
+def fit_reflex_command(task_file_path: TaskFileOption = None, as_json: JsonOption = False) -> None:
+    """Refit the learned reflex from the log and print, per node, its rows, classes, the rule that lets it serve
+    (proven, better than the LLM, withdrawn or learning), the cut, and precision and coverage at the cut."""
+    from gil_core.runtime import open_learner
+
+    loaded = task_file(task_file_path)
+    if loaded.task.policy.learned is None:
+        raise fail(f"{loaded.path}: the task has no learned_reflex (see README, Task file)")
+
+    async def work() -> Any:
+        async with open_learner(loaded) as learner:
+            return await learner.refresh(loaded.task, force=True)
+
+    state = run(work())
+    nodes = describe_nodes(state)
+    emit(
+        {"task": state.task, "fitted_on": dict(state.fitted_on), "nodes": nodes},
+        as_json,
+        lambda: console.print(_learned_table(nodes)),
+    )
 
 
 @app.command("lint-tree")

@@ -9,7 +9,7 @@ from typing import Any
 from prefect.types.entrypoint import EntrypointType
 
 from flows.batch import apply_feedback_flow, resolve_batch_flow
-from flows.maintenance import compact_telemetry_flow, fit_energy_flow, rebuild_memory_flow
+from flows.maintenance import compact_telemetry_flow, fit_energy_flow, fit_reflex_flow, rebuild_memory_flow
 from flows.review import deactivation_round_flow, differentiation_round_flow, promotion_round_flow
 
 EVERY_5_MINUTES = timedelta(minutes=5)
@@ -22,6 +22,7 @@ SCHEDULES: dict[str, tuple[Any, timedelta | str | None]] = {
     "resolve-batch": (resolve_batch_flow, EVERY_5_MINUTES),
     "apply-feedback": (apply_feedback_flow, EVERY_5_MINUTES),
     "fit-energy": (fit_energy_flow, NIGHTLY),
+    "fit-reflex": (fit_reflex_flow, NIGHTLY),
     "rebuild-memory": (rebuild_memory_flow, None),
     "compact-telemetry": (compact_telemetry_flow, HOURLY),
     "promotion-round": (promotion_round_flow, WEEKLY),

@@ -1,4 +1,5 @@
-"""fit-energy, rebuild-memory and compact-telemetry: the flows that keep a store's figures and memory right."""
+"""fit-energy, fit-reflex, rebuild-memory and compact-telemetry: the flows that keep a store's figures, its
+learned judge and memory right."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ from dataclasses import asdict
 from typing import Any
 
 from prefect import flow, get_run_logger
+from prefect.artifacts import acreate_markdown_artifact
 
 from flows._prefect import gil_task
+from gil_core.learned import describe_nodes
 from gil_core.maintenance import compact_store, fit_and_store_energy
-from gil_core.runtime import open_runtime
+from gil_core.reporting import learned_markdown
+from gil_core.runtime import open_learner, open_runtime
 from gil_core.taskfile import load_task_file
 from gil_core.telemetry import TelemetryStore
 
@@ -19,6 +23,21 @@ from gil_core.telemetry import TelemetryStore
 def fit_energy_task(task_file: str) -> dict[str, Any] | None:
     model = fit_and_store_energy(TelemetryStore(load_task_file(task_file).store))
     return asdict(model) if model is not None else None
+
+
+@gil_task(name="fit learned reflex", retries=1)
+async def fit_reflex_task(task_file: str) -> dict[str, Any]:
+    """Refit the task's learned judge from the log (its store and embedder only: no chat model is started) and
+    publish its per-node table as an artifact."""
+    loaded = load_task_file(task_file)
+    if loaded.task.policy.learned is None:
+        get_run_logger().info("task %r has no learned_reflex: nothing to fit", loaded.task.name)
+        return {"task": loaded.task.name, "nodes": []}
+    async with open_learner(loaded) as learner:
+        state = await learner.refresh(loaded.task, force=True)
+    key = f"{loaded.task.name}-learned-reflex".lower().replace("_", "-")
+    await acreate_markdown_artifact(learned_markdown(state), key=key, description="The learned reflex, per node")
+    return {"task": state.task, "fitted_on": dict(state.fitted_on), "nodes": describe_nodes(state)}
 
 
 @gil_task(name="rebuild memory", retries=2)
@@ -39,6 +58,13 @@ async def fit_energy_flow(task_file: str) -> dict[str, Any] | None:
     fitted = fit_energy_task(task_file)
     get_run_logger().info("energy model: %s", json.dumps(fitted) if fitted else "too few samples to fit")
     return fitted
+
+
+@flow(name="fit-reflex")
+async def fit_reflex_flow(task_file: str) -> dict[str, Any]:
+    """Refit the learned reflex from the log (feedback already refits the nodes it touched; this nightly run
+    also picks up verdicts written by other means, and republishes the per-node table)."""
+    return await fit_reflex_task(task_file)
 
 
 @flow(name="rebuild-memory")

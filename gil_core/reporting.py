@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gil_core.learned import LearnedState, describe_nodes
 from gil_core.telemetry import Stats
 
-__all__ = ["stats_markdown", "stats_table"]
+__all__ = ["learned_markdown", "stats_markdown", "stats_table"]
 
 _BAR = 40
 
@@ -30,3 +31,31 @@ def stats_markdown(stats: Stats) -> str:
         bar = "█" * max(1, round(_BAR * window.mean_energy / peak)) if window.mean_energy > 0 else ""
         lines.append(f"| {first}–{first + window.requests - 1} | {window.mean_energy:.1f} | `{bar}` |")
     return "\n".join(lines)
+
+
+def learned_markdown(state: LearnedState) -> str:
+    """The learned judge per node: its rows, the rule it serves by (or why not), its cut and what the log says
+    at the cut, as a Markdown table (``gil fit-reflex`` prints the same figures)."""
+    lines = [
+        f"# Learned reflex — task `{state.task}`",
+        "",
+        f"Fitted {state.fitted_at} on {state.fitted_on.get('verdicts', 0):,} verdicts.",
+        "",
+        "| node | rows | classes | rule | evidence | cut | precision | lower bound | LLM p-value | coverage |",
+        "|:---|---:|---:|:---|:---|---:|---:|---:|---:|---:|",
+    ]
+    for row in describe_nodes(state):
+        cells = [
+            row["node"],
+            f"{row['rows']:,}",
+            str(row["classes"]),
+            row["rule"],
+            row["evidence"],
+            *(_figure(row[name]) for name in ("cut", "precision", "lower_bound", "p_value", "coverage")),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _figure(value: Any) -> str:
+    return "—" if value is None else f"{value:.3f}"

@@ -10,7 +10,7 @@ import hashlib
 import json
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -184,6 +184,7 @@ class Resolver:
             label=outcome.habit,
             recall=outcome.recall.to_json() if outcome.recall is not None else None,
             failure=outcome.failure,
+            extra={"decider": _decider(outcome.mode, steps)},
         )
         counters = walk_rows(task.name, steps, outcome.deltas, trace.created_at)
         if task.policy.learned is not None and not private and self._learner is not None:
@@ -616,6 +617,25 @@ def _step_from_json(item: Mapping[str, Any]) -> Step:
         chosen=item.get("chosen"),
         p=item.get("p"),
     )
+
+
+_GENERATED = frozenset({"fallback", "partial", "habit/procedure"})
+
+
+def _decider(mode: str, steps: Sequence[Step]) -> str:
+    """Who settled the request (``schemas.DECIDERS``): the most expensive decider it used."""
+    if mode == "memory":
+        return "memory"
+    if mode in _GENERATED:
+        return "generation"
+    judged = [step.decided_by for step in steps if step.outcome != "skip"]
+    if any(decided not in ("learned", "reflex") for decided in judged):
+        return "llm"  # "llm", "deliberate" (a tiered judge's LLM) or None (the LLM judge alone)
+    if "reflex" in judged:
+        return "reflex"
+    if judged:
+        return "learned" if mode != "abstain" else "abstain"
+    return "abstain"
 
 
 def _learned_none(task: TaskDefinition, walk: Traversal | None) -> bool:

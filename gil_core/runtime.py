@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from gil_core.errors import ConfigurationError
+from gil_core.learned import Learner
 from gil_core.llm import ChatModel, EmbeddingModel, EmbeddingRecorder, OpenAICompatibleChatModel
 from gil_core.llm.openai_compat import OpenAICompatibleEmbeddingModel
 from gil_core.llm.trace_vectors import TraceVectorCache
@@ -27,7 +28,7 @@ from gil_core.taskfile import ModelSpec, TaskFile
 from gil_core.telemetry import EnergyModel, TelemetryStore
 from gil_core.testing import HashEmbeddingModel
 
-__all__ = ["Runtime", "client_parts", "open_runtime"]
+__all__ = ["Runtime", "client_parts", "open_learner", "open_runtime"]
 
 
 @dataclass
@@ -140,6 +141,20 @@ async def open_runtime(
             fallback_chat=fallback,
         )
         yield Runtime(task_file, store, resolver, memory, chat_model.name, embedder)
+
+
+@asynccontextmanager
+async def open_learner(task_file: TaskFile, *, energy: EnergyModel | None = None) -> AsyncIterator[Learner]:
+    """The task's learned judges over its store and embedder only: no chat model is started (refits and reports
+    need none). ``ConfigurationError`` when the task file names no embedder."""
+    async with AsyncExitStack() as stack:
+        s3 = load_s3_settings() if is_object_store(task_file.store) else None
+        store = TelemetryStore(task_file.store, s3=s3)
+        embedder = await _embedding_model(task_file.embedding_model, stack)
+        if embedder is None:
+            raise ConfigurationError(f"{task_file.path}: learned_reflex needs an embedding_model, and it is none")
+        prices = energy or load_fitted_energy(store) or EnergyModel.tokens()
+        yield Learner(store, TraceVectorCache(EmbeddingRecorder(embedder, sink=store, energy=prices)))
 
 
 def load_fitted_energy(store: TelemetryStore) -> EnergyModel | None:

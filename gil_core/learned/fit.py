@@ -9,17 +9,20 @@
   coefficients are kept. scikit-learn is imported here, never on the request path.
 * **Novelty.** For every confirmed request, in arrival order, the highest cosine to the confirmed requests of
   its own class that came before it (the latest ``exemplars`` of them): what "alike" looks like for requests
-  that belong. The cut is the ``novelty`` quantile of those values (a node's own while it has ``min_support``
-  of them, else its layer's). A request less like its predicted class than that is not served.
+  that belong. Each class's cut is the ``novelty`` quantile of its values while it has ``min_support`` of them,
+  else of its node's (the "none" class left out: out-of-scope requests are alike in nothing), else of its
+  layer's. A request less like the confirmed requests of its predicted class than that class's cut is not
+  served.
 * **Rules**, from the logged predictions (made before their verdicts), latest ``window`` per node, a node's own
   while it has ``min_support`` of them, else its layer's (leaves and inner nodes pooled apart, since their
   thresholds differ); the same for the predictions the LLM also judged. The novelty check is not applied to
   them: it only ever removes requests from what is served. Cuts run over the logged confidences from the
   task's threshold at the node up:
   - *proven*: the lowest cut whose Wilson 95% lower bound of precision reaches ``precision``;
-  - *better*: the lowest cut whose precision reaches ``precision``, where on the requests the LLM also judged
-    at the node the learned judge was right significantly more often than the LLM (a one-sided exact sign test
-    over the requests exactly one of the two got right, at 95%).
+  - *better*: on the requests the LLM also judged at the node, the learned judge was right significantly more
+    often than the LLM (a one-sided exact sign test over the requests exactly one of the two got right, at
+    95%). Then it serves every judgment the task's threshold accepts (the cut is that threshold): asking a worse
+    judge costs energy and accuracy, whatever the target.
   The rule with the lower cut applies (proven on a tie). A node that served before and meets neither is
   *withdrawn* until a refit restores it; one that never served is *learning*.
 """
@@ -126,7 +129,7 @@ def fit_state(
 
     vectors = log.vectors if log.vectors.size else np.zeros((0, dimensions), dtype=np.float32)
     fitted: dict[str, NodeModel] = {}
-    calibration: dict[str, NDArray[np.float64]] = {}
+    calibration: dict[str, tuple[NDArray[np.float64], NDArray[np.int64]]] = {}
     for rows in node_rows(tree, log):
         items: Sequence[Node | Option] = rows.node.children or rows.node.options
         prior_x: list[NDArray[np.float32]] = []
@@ -154,18 +157,18 @@ def fit_state(
             bias=bias,
             exemplars=vectors[rows.rows[exemplar_rows]].astype(np.float32),
             exemplar_class=rows.labels[exemplar_rows].astype(np.int32),
-            novelty_cut=None,
+            novelty_cuts=np.full(k, np.nan),
             rule="learning",
             cut=None,
             evidence="node",
             report={"rows": len(rows.rows), "priors": len(prior_y), "classes": k},
         )
     layers = {model.node_id: _group(tree, model) for model in fitted.values()}
-    cuts = _novelty_cuts(calibration, layers, policy)
+    cuts = _novelty_cuts(calibration, fitted, layers, policy)
     nodes = {
         node_id: _with_rule(
             model,
-            novelty_cut=cuts[node_id],
+            novelty_cuts=cuts[node_id],
             logged=_evidence(node_id, log.logged, layers, policy),
             threshold=threshold(tree.node(node_id), model.layer),
             policy=policy,
@@ -207,13 +210,15 @@ def _latest_per_class(labels: NDArray[np.int64], k: int, keep: int) -> NDArray[n
     return np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
 
 
-def _prequential_nearest(x: NDArray[np.float32], labels: NDArray[np.int64], keep: int) -> NDArray[np.float64]:
-    """For each row with an earlier row of its class: its highest cosine to the latest ``keep`` of those."""
+def _prequential_nearest(
+    x: NDArray[np.float32], labels: NDArray[np.int64], keep: int
+) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """For each row with an earlier row of its class: its highest cosine to the latest ``keep`` of those, and
+    its class."""
     values: list[float] = []
+    classes: list[int] = []
     for c in np.unique(labels):
         rows = x[labels == c]
-        if len(rows) < 2:
-            continue
         for start in range(1, len(rows), 256):
             block = rows[start : start + 256]
             low = max(0, start - keep)
@@ -221,7 +226,8 @@ def _prequential_nearest(x: NDArray[np.float32], labels: NDArray[np.int64], keep
             for i in range(len(block)):
                 end = start - low + i
                 values.append(float(similarities[i, max(0, end - keep) : end].max()))
-    return np.asarray(values, dtype=np.float64)
+                classes.append(int(c))
+    return np.asarray(values, dtype=np.float64), np.asarray(classes, dtype=np.int64)
 
 
 def _group(tree: Tree, model: NodeModel) -> tuple[int, bool]:
@@ -230,16 +236,35 @@ def _group(tree: Tree, model: NodeModel) -> tuple[int, bool]:
 
 
 def _novelty_cuts(
-    calibration: Mapping[str, NDArray[np.float64]], groups: Mapping[str, tuple[int, bool]], policy: LearnedPolicy
-) -> dict[str, float | None]:
+    calibration: Mapping[str, tuple[NDArray[np.float64], NDArray[np.int64]]],
+    models: Mapping[str, NodeModel],
+    groups: Mapping[str, tuple[int, bool]],
+    policy: LearnedPolicy,
+) -> dict[str, NDArray[np.float64]]:
+    """Per node, a cut per class: from the class's own calibration values while it has ``min_support`` of them,
+    else from the node's (its "none" class apart: out-of-scope requests are alike in nothing), else from its
+    layer's; NaN where there is nothing to calibrate on (such a class is never served)."""
+
+    def in_scope(node_id: str) -> NDArray[np.float64]:
+        values, classes = calibration[node_id]
+        none = [i for i, choice in enumerate(models[node_id].classes) if choice is None]
+        return values[~np.isin(classes, none)]
+
     pooled: dict[tuple[int, bool], list[NDArray[np.float64]]] = defaultdict(list)
-    for node_id, values in calibration.items():
-        pooled[groups[node_id]].append(values)
-    cuts: dict[str, float | None] = {}
-    for node_id, values in calibration.items():
-        if len(values) < policy.min_support and policy.pooling == "layer":
-            values = np.concatenate(pooled[groups[node_id]])
-        cuts[node_id] = _lower_quantile(values, policy.novelty)
+    for node_id in calibration:
+        pooled[groups[node_id]].append(in_scope(node_id))
+    cuts: dict[str, NDArray[np.float64]] = {}
+    for node_id, (values, classes) in calibration.items():
+        fallback = in_scope(node_id)
+        if len(fallback) < policy.min_support and policy.pooling == "layer":
+            fallback = np.concatenate(pooled[groups[node_id]])
+        node_cut = _lower_quantile(fallback, policy.novelty)
+        per_class = np.full(len(models[node_id].classes), np.nan)
+        for index in range(len(per_class)):
+            own = values[classes == index]
+            cut = _lower_quantile(own, policy.novelty) if len(own) >= policy.min_support else node_cut
+            per_class[index] = np.nan if cut is None else cut
+        cuts[node_id] = per_class
     return cuts
 
 
@@ -289,7 +314,7 @@ def _evidence(
 def _with_rule(
     model: NodeModel,
     *,
-    novelty_cut: float | None,
+    novelty_cuts: NDArray[np.float64],
     logged: _Evidence,
     threshold: float,
     policy: LearnedPolicy,
@@ -298,8 +323,14 @@ def _with_rule(
     own = logged.own
     choice = choose_rule(logged.rows, logged.pairs, threshold=threshold, target=policy.precision)
     coverage = None
-    if choice.rule is not None and choice.cut is not None and novelty_cut is not None and own:
-        served = [item.confidence >= choice.cut and item.near is not None and item.near >= novelty_cut for item in own]
+    if choice.rule is not None and choice.cut is not None and own:
+        index = {choice_id: position for position, choice_id in enumerate(model.classes)}
+        served = [
+            item.confidence >= choice.cut
+            and item.near is not None
+            and item.near >= novelty_cuts[index.get(item.choice, 0)]
+            for item in own
+        ]
         coverage = sum(served) / len(own)
     rule: Rule
     if choice.rule is not None:
@@ -314,12 +345,12 @@ def _with_rule(
         "evidence_rows": len(logged.rows),
         "pairs_from": logged.pairs_from,
         "coverage": coverage,
-        "novelty_cut": novelty_cut,
+        "novelty_cuts": [None if math.isnan(value) else value for value in novelty_cuts],
         **choice.report(),
     }
     return replace(
         model,
-        novelty_cut=novelty_cut,
+        novelty_cuts=novelty_cuts,
         rule=rule,
         cut=choice.cut if choice.rule is not None else None,
         evidence=logged.rows_from,
@@ -367,15 +398,13 @@ def choose_rule(rows: Sequence[Logged], pairs: Sequence[Logged], *, threshold: f
     right = np.asarray([item.right for item in rows], dtype=bool)
     paired_right = np.asarray([item.right for item in pairs], dtype=bool)
     llm = np.asarray([bool(item.llm_right) for item in pairs], dtype=bool)
-    # The comparison is over every request both judged (not only those above a cut): is the LLM, asked here,
-    # measurably worse than the learned judge would have been?
+    # Over every request both judged here: is the LLM, asked at this node, measurably worse?
     wins, losses = int((paired_right & ~llm).sum()), int((~paired_right & llm).sum())
     p_value = float(binom.sf(wins - 1, wins + losses, 0.5)) if wins + losses else 1.0
     llm_precision = float(llm.mean()) if len(pairs) else None
     levels = np.unique(confidence[confidence >= threshold])
     figures: list[RuleChoice] = []
     proven_at: int | None = None
-    better_at: int | None = None
     for position, cut in enumerate(levels):
         above = confidence >= cut
         n, k = int(above.sum()), int((above & right).sum())
@@ -383,11 +412,10 @@ def choose_rule(rows: Sequence[Logged], pairs: Sequence[Logged], *, threshold: f
         figures.append(RuleChoice(None, float(cut), n, k / n, lower, p_value, len(pairs), llm_precision))
         if proven_at is None and lower >= target:
             proven_at = position
-        if better_at is None and k / n >= target and p_value < SIGNIFICANCE:
-            better_at = position
+    better_at = 0 if figures and p_value < SIGNIFICANCE else None
     if proven_at is None and better_at is None:
         return replace(figures[0], cut=None) if figures else _NOTHING
     if better_at is None or (proven_at is not None and proven_at <= better_at):
         assert proven_at is not None
         return replace(figures[proven_at], rule="proven")
-    return replace(figures[better_at], rule="better")
+    return replace(figures[better_at], rule="better", cut=threshold)

@@ -40,7 +40,7 @@ from gil_core.storage import Folder
 from gil_core.tasks import LearnedPolicy, TaskDefinition
 from gil_core.telemetry import TelemetryStore, utc_now
 
-__all__ = ["LearnedStateWarning", "Learner", "describe_nodes", "task_key"]
+__all__ = ["LearnedStateWarning", "Learner", "describe_nodes", "stored_state", "task_key"]
 
 _log = logging.getLogger("gil_core.learned")
 _KEEP_FILES = 2  # the newest fits kept per tree and embedder (an older one is a fallback while a write lands)
@@ -241,6 +241,20 @@ class Learner:
         return state.matches(task.name, _tree_sha256(task), self._vectors.name)
 
 
+def stored_state(store: TelemetryStore, task: TaskDefinition) -> LearnedState | None:
+    """The newest readable state stored for ``task``'s tree (fitted with any embedder), without fitting: what
+    ``gil stats`` reports. None when there is none (or it is unreadable: the next refit replaces it)."""
+    folder = store.side_folder("learned", task_key(task.name))
+    prefix = state_key(_tree_sha256(task), "")[:16]
+    for name in reversed(folder.names()):
+        if name.startswith(prefix):
+            try:
+                return read_state(folder, name, task=task.name)
+            except (LearnedStateError, FileNotFoundError):
+                return None
+    return None
+
+
 def _policy(task: TaskDefinition) -> LearnedPolicy:
     policy = task.policy.learned
     if policy is None:
@@ -277,7 +291,7 @@ def describe_nodes(state: LearnedState) -> list[dict[str, Any]]:
                 "support": report.get("support", 0),
                 "coverage": report.get("coverage"),
                 "logged": report.get("logged", 0),
-                "novelty_cut": model.novelty_cut,
+                "novelty_cuts": report.get("novelty_cuts"),
             }
         )
     return rows

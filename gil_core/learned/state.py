@@ -76,8 +76,9 @@ class Prediction:
 @dataclass(frozen=True)
 class NodeModel:
     """One node's classifier (``weights`` k×d, ``bias`` k over ``classes``; a single class always wins), its
-    exemplars (unit rows, ``exemplar_class`` indexing ``classes``), its novelty cut, and its rule with the
-    confidence ``cut`` it serves from. ``report`` holds what the fit measured, for ``gil fit-reflex``."""
+    exemplars (unit rows, ``exemplar_class`` indexing ``classes``), its novelty cut per class (NaN: never
+    served), and its rule with the confidence ``cut`` it serves from. ``report`` holds what the fit measured,
+    for ``gil fit-reflex``."""
 
     node_id: str
     layer: int
@@ -86,7 +87,7 @@ class NodeModel:
     bias: Float32
     exemplars: Float32
     exemplar_class: NDArray[np.int32]
-    novelty_cut: float | None
+    novelty_cuts: NDArray[np.float64]
     rule: Rule
     cut: float | None
     evidence: str
@@ -111,10 +112,11 @@ class NodeModel:
         request is not unlike every confirmed request of the class it is predicted as."""
         if self.rule not in SERVING_RULES or self.cut is None:
             return "not_serving"
+        cut = float(self.novelty_cuts[prediction.index])
+        if prediction.near is None or math.isnan(cut) or prediction.near < cut:
+            return "novel"
         if prediction.confidence < self.cut:
             return "below_cut"
-        if prediction.near is None or self.novelty_cut is None or prediction.near < self.novelty_cut:
-            return "novel"
         return "served"
 
     @property
@@ -158,12 +160,12 @@ def _bytes(array: NDArray[Any], dtype: str) -> bytes:
     return np.ascontiguousarray(array, dtype=dtype).tobytes()
 
 
-def _array(value: bytes, dtype: str, shape: tuple[int, ...], what: str) -> NDArray[Any]:
+def _array(value: bytes, dtype: str, shape: tuple[int, ...], what: str, *, finite: bool = True) -> NDArray[Any]:
     expected = math.prod(shape) * np.dtype(dtype).itemsize
     if not isinstance(value, bytes) or len(value) != expected:
         raise LearnedStateError(f"{what}: {len(value) if isinstance(value, bytes) else '?'} bytes, not {expected}")
     array = np.frombuffer(value, dtype=dtype).reshape(shape)
-    if array.dtype.kind == "f" and not np.isfinite(array).all():
+    if array.dtype.kind == "f" and finite and not np.isfinite(array).all():
         raise LearnedStateError(f"{what}: holds a value that is not finite")
     return array
 
@@ -180,7 +182,7 @@ def write_state(folder: Folder, state: LearnedState, name: str) -> None:
             "exemplars": _bytes(model.exemplars, "<f4"),
             "exemplar_class": _bytes(model.exemplar_class, "<i4"),
             "exemplar_count": len(model.exemplar_class),
-            "novelty_cut": model.novelty_cut,
+            "novelty_cuts": _bytes(model.novelty_cuts, "<f8"),
             "rule": model.rule,
             "cut": model.cut,
             "evidence": model.evidence,
@@ -212,7 +214,7 @@ _SCHEMA = pl.Schema(
         "exemplars": pl.Binary(),
         "exemplar_class": pl.Binary(),
         "exemplar_count": pl.Int64(),
-        "novelty_cut": pl.Float64(),
+        "novelty_cuts": pl.Binary(),
         "rule": pl.String(),
         "cut": pl.Float64(),
         "evidence": pl.String(),
@@ -280,7 +282,9 @@ def _node(row: Mapping[str, Any], dimensions: int) -> NodeModel:
         bias=_array(row["bias"], "<f4", (k,), f"node {node!r} bias").astype(np.float32),
         exemplars=_array(row["exemplars"], "<f4", (m, dimensions), f"node {node!r} exemplars").astype(np.float32),
         exemplar_class=exemplar_class.astype(np.int32),
-        novelty_cut=row["novelty_cut"],
+        novelty_cuts=_array(row["novelty_cuts"], "<f8", (k,), f"node {node!r} novelty cuts", finite=False).astype(
+            np.float64
+        ),
         rule=rule,
         cut=row["cut"],
         evidence=row["evidence"],

@@ -24,7 +24,7 @@ from gil_core.telemetry.sqlite import (
     export_sqlite,
     import_sqlite,
 )
-from gil_core.telemetry.stats import CostWindow, ModeStats, Stats, compute_stats, wilson_bounds
+from gil_core.telemetry.stats import CostWindow, DeciderStats, ModeStats, Stats, compute_stats, wilson_bounds
 from gil_core.telemetry.store import TelemetryStore
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "CallSink",
     "CandidateShown",
     "CostWindow",
+    "DeciderStats",
     "EnergyModel",
     "ExportReport",
     "ExportRestrictedError",

@@ -25,8 +25,10 @@ __all__ = [
     "CALL_ROLES",
     "COLUMNS",
     "COUNTERS",
+    "DECIDERS",
     "DTYPES",
     "FEEDBACK_VERDICTS",
+    "GIL_COLUMNS",
     "JSON_COLUMNS",
     "KEYS",
     "NULLABLE",
@@ -48,6 +50,10 @@ __all__ = [
 
 CALL_ROLES = ("embed", "judge", "fallback", "slot_fill", "baseline", "probe", "verify")
 FEEDBACK_VERDICTS = ("correct", "wrong")
+DECIDERS = ("memory", "learned", "reflex", "llm", "generation", "abstain")
+"""Who settled a request, the most expensive first used counting: memory; a walk every step of which the learned
+judge served; one with a description-reflex step but no LLM judgment; one with an LLM judgment; an answer that was
+generated; no answer."""
 
 # Probabilities are sums of exp(logprob) from a server: float noise may push an honest 1.0 a hair above it.
 _PROBABILITY_MAX = 1.0 + 1e-9
@@ -114,6 +120,8 @@ class TracesSchema(_Table):
     explored_output: str = pa.Field(nullable=True)
     recall: str = pa.Field(nullable=True)
     failure: str = pa.Field(nullable=True)
+    # Gil's own columns (not the reference's; see GIL_COLUMNS):
+    decider: str = pa.Field(nullable=True, isin=DECIDERS)
 
     class Config:
         name = "traces"
@@ -307,6 +315,9 @@ TABLES: Mapping[str, type[pa.DataFrameModel]] = {
 
 REFERENCE_TABLES: tuple[str, ...] = tuple(name for name in TABLES if name != "vectors")
 """The reference's tables: the SQLite layout (``gil_core.telemetry.sqlite``) holds exactly these."""
+
+GIL_COLUMNS: Mapping[str, tuple[str, ...]] = {"traces": ("decider",)}
+"""Columns Gil added at the end of a reference table: stored and read, but not part of the SQLite layout."""
 
 COLUMNS: Mapping[str, tuple[str, ...]] = {name: tuple(model.to_schema().columns) for name, model in TABLES.items()}
 """Table name → its column names, in order."""

@@ -10,8 +10,9 @@ The layout is REFERENCE.md's "Telemetry layout": the ten tables, their columns i
   ``Z`` (``2026-11-30T09:34:04.123456Z``), so they sort as text and parse back to the same microsecond;
 * a null is ``NULL``.
 
-Gil's own tables (``vectors``, the requests' embeddings kept for the learned judge) are not part of the layout:
-they stay in the store, and a store imported from SQLite relearns from the requests confirmed after the import.
+Gil's own tables and columns (``schemas.GIL_COLUMNS``; ``vectors``, the requests' embeddings kept for the
+learned judge) are not part of the layout: they stay in the store; an import leaves Gil's columns null, and a
+store imported from SQLite relearns from the requests confirmed after the import.
 
 Counter tables are exported as read (one row per key, increments summed), rows in the store's read order; import
 keeps the file's row order. A round trip into an empty store reads back identical frames.
@@ -30,7 +31,15 @@ from pathlib import Path
 import polars as pl
 
 from gil_core.errors import TelemetryError
-from gil_core.telemetry.schemas import COLUMNS, COUNTERS, DTYPES, KEYS, NULLABLE, REFERENCE_TABLES, validate_frame
+from gil_core.telemetry.schemas import (
+    COUNTERS,
+    DTYPES,
+    GIL_COLUMNS,
+    KEYS,
+    NULLABLE,
+    REFERENCE_TABLES,
+    validate_frame,
+)
 from gil_core.telemetry.store import TelemetryStore
 
 __all__ = [
@@ -140,7 +149,7 @@ def _is_restricted(store: TelemetryStore) -> bool:
 
 def _write_table(connection: sqlite3.Connection, table: str, frame: pl.DataFrame, out: Path) -> int:
     connection.execute(_create_statement(table))
-    dtypes = DTYPES[table]
+    dtypes = _layout(table)
     for name, dtype in dtypes.items():
         if dtype.is_float() and frame.get_column(name).is_nan().any():
             raise SqliteLayoutError("holds NaN, which SQLite stores as NULL", path=out, table=table, column=name)
@@ -157,12 +166,17 @@ def _write_table(connection: sqlite3.Connection, table: str, frame: pl.DataFrame
 def _create_statement(table: str) -> str:
     definitions = [
         f"{_quote(name)} {_sqlite_type(table, name, dtype)}{'' if name in NULLABLE[table] else ' NOT NULL'}"
-        for name, dtype in DTYPES[table].items()
+        for name, dtype in _layout(table).items()
     ]
     key = primary_key(table)
     if key:
         definitions.append(f"PRIMARY KEY ({', '.join(_quote(name) for name in key)})")
     return f"CREATE TABLE {_quote(table)} ({', '.join(definitions)})"
+
+
+def _layout(table: str) -> pl.Schema:
+    """The table's columns in the SQLite layout: the reference's (Gil's own columns stay in the store)."""
+    return pl.Schema({name: dtype for name, dtype in DTYPES[table].items() if name not in GIL_COLUMNS.get(table, ())})
 
 
 def _sqlite_type(table: str, column: str, dtype: pl.DataType) -> str:
@@ -255,8 +269,8 @@ def _read_table(connection: sqlite3.Connection, table: str, db: Path) -> pl.Data
     """The table's rows as a frame with the store's dtypes, in the file's row order."""
     names = [row[1] for row in connection.execute(f"PRAGMA table_info({_quote(table)})")]
     for name in names:
-        if name not in DTYPES[table]:
-            known = ", ".join(COLUMNS[table])
+        if name not in _layout(table):
+            known = ", ".join(_layout(table))
             raise SqliteLayoutError(f"unknown column (the layout's are {known})", path=db, table=table, column=name)
     selected = ", ".join(_quote(name) for name in names)
     try:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "WILSON_Z",
     "CostWindow",
+    "DeciderStats",
     "HabitTree",
     "Misroute",
     "Misroutes",
@@ -89,6 +90,22 @@ class ModeStats:
 
 
 @dataclass(frozen=True, slots=True)
+class DeciderStats:
+    """The requests one decider settled (``schemas.DECIDERS``): their ``share`` of all requests, accuracy over
+    the judged ones with its 95% Wilson interval, and their mean energy per request."""
+
+    decider: str
+    requests: int
+    share: float
+    judged: int
+    correct: int
+    accuracy: float | None
+    low: float | None
+    high: float | None
+    energy_per_request: float
+
+
+@dataclass(frozen=True, slots=True)
 class CostWindow:
     """``requests`` consecutive requests (in trace order) from position ``first`` (0-based) and their energy."""
 
@@ -132,6 +149,7 @@ class Stats:
     repriced: bool
     windows: tuple[CostWindow, ...]
     misroutes: Misroutes | None
+    deciders: tuple[DeciderStats, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready values (``gil stats --json``): the dataclass tree as dicts and lists."""
@@ -148,6 +166,16 @@ class Stats:
                 f"{mode.mode:<18}{mode.requests:>10,}{mode.judged:>10,}{mode.correct:>10,}"
                 f"{_percent(mode.accuracy):>10}  {interval}"
             )
+        if self.deciders:
+            lines.append(
+                f"{'settled by':<18}{'share':>10}{'judged':>10}{'accuracy':>10}  95% interval   energy/request"
+            )
+            for item in self.deciders:
+                interval = "" if item.low is None else f"[{_percent(item.low)}, {_percent(item.high)}]"
+                lines.append(
+                    f"{item.decider:<18}{_percent(item.share):>10}{item.judged:>10,}{_percent(item.accuracy):>10}"
+                    f"  {interval:<14} {item.energy_per_request:>12,.2f}"
+                )
         lines.append(
             f"habit rate {_percent(self.habit_rate)}   memory rate {_percent(self.memory_rate)}   "
             f"memory failures {self.memory_failures:,}"
@@ -243,7 +271,7 @@ def compute_stats(
     """
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ConfigurationError(f"a cost window holds at least one request, got {window!r}")
-    columns = ["trace_id", "created_at", "mode", "feedback_verdict", "energy", "recall"]
+    columns = ["trace_id", "created_at", "mode", "feedback_verdict", "energy", "recall", "decider"]
     if tree is not None:
         columns += ["path", "output", "feedback_correction"]
     scan = (
@@ -260,10 +288,10 @@ def compute_stats(
     costs = frame.select("trace_id", "created_at", "energy")
     if pricing is not None:
         costs = _reprice(store, costs, pricing)
-    queries = [_modes(frame), _totals(frame), _windows(costs, window)]
+    queries = [_modes(frame), _totals(frame), _windows(costs, window), _deciders(frame)]
     if tree is not None:
         queries += _misroutes(frame, tree)
-    modes, totals, windows, *misroutes = pl.collect_all(queries)
+    modes, totals, windows, deciders, *misroutes = pl.collect_all(queries)
     requests, habits, memory, failures = totals.row(0)
     return Stats(
         task=task,
@@ -276,6 +304,7 @@ def compute_stats(
         repriced=pricing is not None,
         windows=tuple(CostWindow(**row) for row in windows.iter_rows(named=True)),
         misroutes=_misroute_result(*misroutes) if misroutes else None,
+        deciders=tuple(DeciderStats(**row) for row in deciders.iter_rows(named=True)),
     )
 
 
@@ -312,6 +341,44 @@ def _modes(base: pl.LazyFrame) -> pl.LazyFrame:
             high=high,
         )
         .sort(["requests", "mode"], descending=[True, False])
+    )
+
+
+_GENERATED_MODES = ("fallback", "partial", "habit/procedure")
+
+
+def _deciders(base: pl.LazyFrame) -> pl.LazyFrame:
+    """Requests per decider. Traces from before the ``decider`` column: memory, generation or else the LLM."""
+    mode = pl.col("mode")
+    decider = pl.coalesce(
+        pl.col("decider"),
+        pl.when(mode == "memory")
+        .then(pl.lit("memory"))
+        .when(mode.is_in(_GENERATED_MODES))
+        .then(pl.lit("generation"))
+        .when(mode == "abstain")
+        .then(pl.lit("abstain"))
+        .otherwise(pl.lit("llm")),
+    )
+    verdict = pl.col("feedback_verdict")
+    low, high = wilson_bounds(pl.col("correct"), pl.col("judged"))
+    return (
+        base.with_columns(decider=decider)
+        .group_by("decider")
+        .agg(
+            requests=pl.len().cast(pl.Int64),
+            judged=verdict.is_not_null().sum().cast(pl.Int64),
+            correct=(verdict == "correct").sum().cast(pl.Int64),
+            energy_per_request=pl.col("energy").mean(),
+        )
+        .with_columns(
+            share=pl.col("requests") / pl.col("requests").sum(),
+            accuracy=pl.when(pl.col("judged") > 0).then(pl.col("correct") / pl.col("judged")),
+            low=low,
+            high=high,
+        )
+        .select("decider", "requests", "share", "judged", "correct", "accuracy", "low", "high", "energy_per_request")
+        .sort(["requests", "decider"], descending=[True, False])
     )
 
 

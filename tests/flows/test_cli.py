@@ -43,6 +43,7 @@ def invoke(*args: str) -> tuple[int, str, str]:
         "lint-tree",
         "rebuild-memory",
         "fit-energy",
+        "fit-reflex",
         "export-sqlite",
         "import-sqlite",
         "demo",

@@ -58,6 +58,7 @@ EXPECTED_SCHEDULES = {
     "resolve-batch": ("interval", timedelta(minutes=5)),
     "apply-feedback": ("interval", timedelta(minutes=5)),
     "fit-energy": ("cron", "0 3 * * *"),
+    "fit-reflex": ("cron", "0 3 * * *"),
     "rebuild-memory": None,
     "compact-telemetry": ("interval", timedelta(hours=1)),
     "promotion-round": ("cron", "0 6 * * 1"),
