@@ -19,10 +19,10 @@
   them: it only ever removes requests from what is served. Cuts run over the logged confidences from the
   task's threshold at the node up:
   - *proven*: the lowest cut whose Wilson 95% lower bound of precision reaches ``precision``;
-  - *better*: on the requests the LLM also judged at the node, the learned judge was right significantly more
-    often than the LLM (a one-sided exact sign test over the requests exactly one of the two got right, at
-    95%). Then it serves every judgment the task's threshold accepts (the cut is that threshold): asking a worse
-    judge costs energy and accuracy, whatever the target.
+  - *better*: the lowest cut whose logged precision reaches ``precision`` (not yet proven: the point estimate),
+    where on the requests the LLM also judged at the node the learned judge was right significantly more often
+    than the LLM (a one-sided exact sign test over the requests exactly one of the two got right, at 95%):
+    waiting for proof would mean asking a judge that is worse.
   The rule with the lower cut applies (proven on a tie). A node that served before and meets neither is
   *withdrawn* until a refit restores it; one that never served is *learning*.
 """
@@ -405,6 +405,7 @@ def choose_rule(rows: Sequence[Logged], pairs: Sequence[Logged], *, threshold: f
     levels = np.unique(confidence[confidence >= threshold])
     figures: list[RuleChoice] = []
     proven_at: int | None = None
+    better_at: int | None = None
     for position, cut in enumerate(levels):
         above = confidence >= cut
         n, k = int(above.sum()), int((above & right).sum())
@@ -412,10 +413,11 @@ def choose_rule(rows: Sequence[Logged], pairs: Sequence[Logged], *, threshold: f
         figures.append(RuleChoice(None, float(cut), n, k / n, lower, p_value, len(pairs), llm_precision))
         if proven_at is None and lower >= target:
             proven_at = position
-    better_at = 0 if figures and p_value < SIGNIFICANCE else None
+        if better_at is None and k / n >= target and p_value < SIGNIFICANCE:
+            better_at = position
     if proven_at is None and better_at is None:
         return replace(figures[0], cut=None) if figures else _NOTHING
     if better_at is None or (proven_at is not None and proven_at <= better_at):
         assert proven_at is not None
         return replace(figures[proven_at], rule="proven")
-    return replace(figures[better_at], rule="better", cut=threshold)
+    return replace(figures[better_at], rule="better")

@@ -113,7 +113,8 @@ async def test_learned_node_better_than_the_llm_is_reported_so(tmp_path: Path) -
     state = resolver.learner.state("support")
     assert state is not None
     root = state.nodes["root"]
-    assert root.rule == "better" and root.cut == pytest.approx(0.6)  # the task's threshold at the root
+    assert root.rule == "better" and root.cut is not None and root.cut >= 0.6  # from the threshold up
+    assert root.report["precision"] >= 0.95
     assert root.report["p_value"] < 0.05 and root.report["llm_precision"] < 0.5
 
 
