@@ -28,7 +28,7 @@ from gil_core.batch import (
     ticket_trace_id,
     write_results,
 )
-from gil_core.reporting import stats_markdown, stats_table
+from gil_core.reporting import decider_table, stats_markdown, stats_table
 from gil_core.runtime import open_runtime
 from gil_core.taskfile import load_task_file
 from gil_core.telemetry import TelemetryStore
@@ -133,6 +133,9 @@ async def publish_stats(task_file: str, window: int = 50) -> str:
     stats = TelemetryStore(loaded.store).stats(loaded.task.name, window, tree=loaded.task.tree)
     key = f"{loaded.task.name}-stats".lower().replace("_", "-")
     await acreate_table_artifact(stats_table(stats), key=key, description="Requests per mode")
+    await acreate_table_artifact(
+        decider_table(stats), key=f"{key}-deciders", description="Who settled the requests: share, accuracy, energy"
+    )
     markdown = stats_markdown(stats)
     await acreate_markdown_artifact(markdown, key=f"{key}-cost", description="Cost per request, by window")
     return markdown

@@ -460,7 +460,13 @@ def _prefect_environment(api_url: str | None = None) -> None:
 def demo(
     task_file_path: TaskFileOption = None,
     limit: Annotated[int, typer.Option(help="Use only the first N tickets (0 = all 300).")] = 100,
-    chunk: Annotated[int, typer.Option(help="Tickets per batch in the first pass (feedback after each).")] = 50,
+    chunk: Annotated[
+        int,
+        typer.Option(
+            help="Tickets per batch in the first pass, feedback after each: a small queue with frequent feedback, "
+            "so the learned reflex starts serving early."
+        ),
+    ] = 10,
     fresh: Annotated[bool, typer.Option(help="Start from an empty demo store and memory.")] = True,
     as_json: JsonOption = False,
 ) -> None:

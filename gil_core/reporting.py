@@ -8,7 +8,7 @@ from typing import Any
 from gil_core.learned import LearnedState, describe_nodes
 from gil_core.telemetry import Stats
 
-__all__ = ["learned_markdown", "stats_markdown", "stats_table"]
+__all__ = ["decider_table", "learned_markdown", "stats_markdown", "stats_table"]
 
 _BAR = 40
 
@@ -16,6 +16,13 @@ _BAR = 40
 def stats_table(stats: Stats) -> list[dict[str, Any]]:
     """One row per mode: requests, judged, correct, accuracy and its 95% interval."""
     rows: list[dict[str, Any]] = stats.to_json()["modes"]
+    return [{key: round(value, 4) if isinstance(value, float) else value for key, value in row.items()} for row in rows]
+
+
+def decider_table(stats: Stats) -> list[dict[str, Any]]:
+    """One row per decider (memory, learned judge, reflex, LLM, generation): share of requests, accuracy and its
+    95% interval, energy per request."""
+    rows: list[dict[str, Any]] = stats.to_json()["deciders"]
     return [{key: round(value, 4) if isinstance(value, float) else value for key, value in row.items()} for row in rows]
 
 

@@ -55,4 +55,9 @@ async def test_batch_feedback_rerun_and_maintenance_flows(tmp_path: Path) -> Non
         flows_seen = {(await client.read_flow(run.flow_id)).name for run in runs}
         artifacts = await client.read_artifacts()
     assert {"resolve-batch", "apply-feedback", "fit-energy", "compact-telemetry", "promotion-round"} <= flows_seen
-    assert names and {a.key for a in artifacts} >= {"support-stats", "support-stats-cost", "support-promotion"}
+    assert names and {a.key for a in artifacts} >= {
+        "support-stats",
+        "support-stats-cost",
+        "support-stats-deciders",
+        "support-promotion",
+    }

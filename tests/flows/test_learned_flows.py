@@ -46,7 +46,10 @@ async def test_learned_never_seen_paraphrase_wrong_then_right_after_feedback_on_
 ) -> None:
     """The paraphrase gets no verdict of its own, and memory is off: it comes out right the second time because
     the tree's nodes learned from the other requests' verdicts."""
+    from prefect.client.orchestration import get_client
+
     from flows.batch import apply_feedback_flow, resolve_batch_flow
+    from flows.maintenance import fit_reflex_flow
 
     stream = [e for e in support_stream()[:160] if e.text != PARAPHRASE]
     answers = {e.id: e.answer for e in stream}
@@ -75,6 +78,11 @@ async def test_learned_never_seen_paraphrase_wrong_then_right_after_feedback_on_
     (row,) = traces.filter(traces["trace_id"] == result["trace_id"]).iter_rows(named=True)
     assert row["decider"] == "learned"
     assert [step["decided_by"] for step in json.loads(row["path"])] == ["learned", "learned"]
+    fitted = await fit_reflex_flow(task)  # the nightly flow: a refit from the log, and its per-node artifact
+    assert {node["node"]: node["rule"] for node in fitted["nodes"]}["root"] in ("better", "proven")
+    async with get_client() as client:
+        keys = {artifact.key for artifact in await client.read_artifacts()}
+    assert {"support-learned-reflex", "support-stats-deciders"} <= keys
 
 
 def _gil(*args: str) -> subprocess.CompletedProcess[str]:
