@@ -497,6 +497,8 @@ def demo(
                 modes,
             )
         console.print(table)
+        missed = summary["first"].get("misses", {})
+        console.print("first pass, why the misses missed: " + ", ".join(f"{k} {v}" for k, v in missed.items()))
         stats(task_file_path=chosen, window=50, as_json=False)
         console.print(
             f"Everything is in the store at {loaded.store}. The runs, logs and artifacts are in Prefect: "

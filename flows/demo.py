@@ -19,6 +19,7 @@ from flows.batch import apply_feedback_flow, resolve_batch_flow
 from flows.maintenance import fit_energy_flow
 from flows.review import local_folder
 from gil_core.errors import ConfigurationError
+from gil_core.ontology.model import OptionKind
 from gil_core.taskfile import load_task_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,12 +64,15 @@ async def demo_flow(
 ) -> dict[str, Any]:
     """Pass 1 in chunks with feedback after each; pass 2 over the same tickets; then fit energy."""
     paths = DemoPaths(Path(task_file), Path(work))
-    key = {row["id"]: row["answer"] for row in _read_jsonl(Path(answers))}
+    rows = _read_jsonl(Path(answers))
+    key = {row["id"]: row["answer"] for row in rows}
+    options = {row["id"]: row.get("option_id") for row in rows}
     all_tickets = _read_jsonl(Path(tickets))
     if limit:
         all_tickets = all_tickets[:limit]
     passes: dict[str, list[dict[str, Any]]] = {"first": [], "second": []}
     plan = [("first", all_tickets[start : start + chunk], "") for start in range(0, len(all_tickets), chunk)]
+    first_chunk = {t["id"] for t in all_tickets[:chunk]}
     plan.append(("second", all_tickets, "#again"))
     for number, (name, tickets_chunk, suffix) in enumerate(plan, start=1):
         batch = _write_jsonl(
@@ -81,7 +85,11 @@ async def demo_flow(
         verdicts = _write_jsonl(paths.file(f"verdicts-{number}.jsonl"), verdicts_from_key(results, key))
         await apply_feedback_flow(str(paths.task_file), str(verdicts))
     await fit_energy_flow(str(paths.task_file))
-    return {name: summarize(rows, key) for name, rows in passes.items()}
+    summary = {name: summarize(results, key) for name, results in passes.items()}
+    tree = load_task_file(task_file).task.tree
+    procedures = {option.id for option, _ in tree.options() if option.kind is OptionKind.PROCEDURE}
+    summary["first"]["misses"] = misses(passes["first"], key, options, first_chunk, procedures)
+    return summary
 
 
 def summarize(results: list[dict[str, Any]], key: dict[str, str]) -> dict[str, Any]:
@@ -95,6 +103,33 @@ def summarize(results: list[dict[str, Any]], key: dict[str, str]) -> dict[str, A
         "mean_energy": sum(r["energy"] or 0.0 for r in results) / total,
         "modes": {mode: sum(r["mode"] == mode for r in results) for mode in sorted({r["mode"] for r in results})},
     }
+
+
+def misses(
+    results: list[dict[str, Any]],
+    key: dict[str, str],
+    options: dict[str, str | None],
+    first_chunk: set[str],
+    procedures: set[str],
+) -> dict[str, int]:
+    """Why the wrong answers of a pass were wrong: asked before any verdict existed (the first chunk), the right
+    template with a slot filled wrong, a procedure (its expected reply is a fixed text no generation copies), or
+    routed to another answer (or none)."""
+    counts = {"before any verdict": 0, "slots": 0, "procedures": 0, "routing": 0}
+    for result in results:
+        ticket = result["id"].split("#", 1)[0]
+        if (result["output"] or "").strip() == key[ticket]:
+            continue
+        expected = options.get(ticket)
+        if ticket in first_chunk:
+            counts["before any verdict"] += 1
+        elif expected is not None and result.get("option_id") == expected:
+            counts["slots"] += 1
+        elif expected in procedures or str(result["mode"]) == "habit/procedure":
+            counts["procedures"] += 1
+        else:
+            counts["routing"] += 1
+    return counts
 
 
 def prepare(task_file: Path, *, fresh: bool) -> DemoPaths:

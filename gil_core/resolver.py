@@ -280,9 +280,12 @@ class Resolver:
             return None, f"learned judge failed: {exc}"
         traverser = GreedyTraverser(judge, task.policy.thresholds)
         try:
-            return await traverser.traverse(text, task.tree, shadows=shadows), None
+            walk = await traverser.traverse(text, task.tree, shadows=shadows)
         except ModelError as exc:
             return None, f"judge failed: {exc}"
+        if isinstance(judge, LearnedJudge):
+            walk = await judge.look_ahead(text, walk, task.tree)
+        return walk, None
 
     async def _answer(self, task: TaskDefinition, text: str, walk: Traversal | None, trace_id: str) -> _Outcome:
         if _learned_none(task, walk):

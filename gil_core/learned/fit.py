@@ -13,13 +13,17 @@
   else of its node's (the "none" class left out: out-of-scope requests are alike in nothing), else of its
   layer's. A request less like the confirmed requests of its predicted class than that class's cut is not
   served.
+* **Targets.** A walk served by the learned judge from the root to an answer is right only if each of its steps
+  is, so a node on walks of at most ``D`` judgments must reach ``precision ** (1 / D)`` for those walks to
+  reach ``precision`` (``node_target``).
 * **Rules**, from the logged predictions (made before their verdicts), latest ``window`` per node, a node's own
   while it has ``min_support`` of them, else its layer's (leaves and inner nodes pooled apart, since their
-  thresholds differ); the same for the predictions the LLM also judged. The novelty check is not applied to
+  thresholds differ), else the whole tree's (one model judges every node); the same for the predictions the LLM
+  also judged. The novelty check is not applied to
   them: it only ever removes requests from what is served. Cuts run over the logged confidences from the
   task's threshold at the node up:
-  - *proven*: the lowest cut whose Wilson 95% lower bound of precision reaches ``precision``;
-  - *better*: the lowest cut whose logged precision reaches ``precision`` (not yet proven: the point estimate),
+  - *proven*: the lowest cut whose Wilson 95% lower bound of precision reaches the node's target;
+  - *better*: the lowest cut whose logged precision reaches the node's target (not yet proven: the estimate),
     where on the requests the LLM also judged at the node the learned judge was right significantly more often
     than the LLM (a one-sided exact sign test over the requests exactly one of the two got right, at 95%):
     waiting for proof would mean asking a judge that is worse.
@@ -46,7 +50,7 @@ from gil_core.memory.evidence import wilson_lower_bound
 from gil_core.ontology.model import Node, Option, Tree
 from gil_core.tasks import LearnedPolicy
 
-__all__ = ["SIGNIFICANCE", "NodeRows", "fit_state", "node_rows", "prior_texts"]
+__all__ = ["SIGNIFICANCE", "NodeRows", "fit_state", "node_rows", "node_target", "prior_texts"]
 
 SIGNIFICANCE = 0.05
 """The one-sided level of the sign test behind the rule "better than the LLM"."""
@@ -171,6 +175,7 @@ def fit_state(
             novelty_cuts=cuts[node_id],
             logged=_evidence(node_id, log.logged, layers, policy),
             threshold=threshold(tree.node(node_id), model.layer),
+            target=node_target(tree, node_id, model.layer, policy.precision),
             policy=policy,
             previous=previous.nodes.get(node_id) if previous is not None else None,
         )
@@ -228,6 +233,18 @@ def _prequential_nearest(
                 values.append(float(similarities[i, max(0, end - keep) : end].max()))
                 classes.append(int(c))
     return np.asarray(values, dtype=np.float64), np.asarray(classes, dtype=np.int64)
+
+
+def node_target(tree: Tree, node_id: str, layer: int, precision: float) -> float:
+    """The precision a node must reach so that a walk served by the learned judge all the way down meets the
+    task's: each step is judged on the requests that reached it rightly, so a walk's precision is the product of
+    its steps', and a node on walks of at most ``D`` judgments needs ``precision ** (1 / D)``."""
+    return float(precision ** (1.0 / (layer - 1 + _height(tree.node(node_id)))))
+
+
+def _height(node: Node) -> int:
+    """How many judgments a walk makes from ``node`` down to its deepest leaf, this node's included."""
+    return 1 + max((_height(child) for child in node.children), default=0)
 
 
 def _group(tree: Tree, model: NodeModel) -> tuple[int, bool]:
@@ -302,9 +319,14 @@ def _evidence(
             return own, "node"
         per_node: dict[str, list[Logged]] = defaultdict(list)
         for item in items:
-            if groups.get(item.node_id) == groups[node_id] and keep(item):
+            if keep(item):
                 per_node[item.node_id].append(item)
-        return [item for kept in per_node.values() for item in kept[-policy.window :]], "layer"
+        pooled = [
+            item for n, kept in per_node.items() if groups.get(n) == groups[node_id] for item in kept[-policy.window :]
+        ]
+        if len(pooled) >= policy.min_support:
+            return pooled, "layer"
+        return [item for kept in per_node.values() for item in kept[-policy.window :]], "tree"
 
     rows, rows_from = latest(list(logged), lambda item: True)
     pairs, pairs_from = latest(list(logged), lambda item: item.llm_right is not None)
@@ -317,11 +339,12 @@ def _with_rule(
     novelty_cuts: NDArray[np.float64],
     logged: _Evidence,
     threshold: float,
+    target: float,
     policy: LearnedPolicy,
     previous: NodeModel | None,
 ) -> NodeModel:
     own = logged.own
-    choice = choose_rule(logged.rows, logged.pairs, threshold=threshold, target=policy.precision)
+    choice = choose_rule(logged.rows, logged.pairs, threshold=threshold, target=target)
     coverage = None
     if choice.rule is not None and choice.cut is not None and own:
         index = {choice_id: position for position, choice_id in enumerate(model.classes)}
@@ -342,6 +365,7 @@ def _with_rule(
     report = {
         **model.report,
         "logged": len(own),
+        "target": target,
         "evidence_rows": len(logged.rows),
         "pairs_from": logged.pairs_from,
         "coverage": coverage,

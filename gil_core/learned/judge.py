@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,9 @@ from gil_core.learned.state import LearnedState, Prediction
 from gil_core.llm.ports import TokenLogprob
 from gil_core.llm.recorder import call_scope, current_trace_id
 from gil_core.ontology.labels import LabelScheme
+from gil_core.ontology.model import Tree
 from gil_core.telemetry.records import CandidateShown
+from gil_core.traverse import Traversal
 
 __all__ = ["LearnedJudge", "LearnedJudgment", "audited"]
 
@@ -144,6 +146,33 @@ class LearnedJudge:
         except ModelError:
             return True  # cannot tell: the LLM, which sees the shadows, judges
         return prediction.near is None or similarity >= prediction.near
+
+    async def look_ahead(self, request: str, walk: Traversal, tree: Tree) -> Traversal:
+        """Where the walk stopped above the learned judge's own choice (another judge exited there), follow that
+        choice down, predicting and never serving, and keep those predictions in the last step's note
+        (``ahead``): the evidence of nodes the walk did not reach, so they need not wait for walks to reach them
+        before their rule can be read."""
+        last = walk.steps[-1] if walk.steps else None
+        note = last.learned if last is not None else None
+        visited = {step.node for step in walk.steps}
+        node_id = note.get("choice") if note else None
+        if last is None or note is None or node_id is None or not tree.has_node(node_id) or node_id in visited:
+            return walk
+        try:
+            vector = await self._vector_of(request)
+        except ModelError:
+            return walk
+        ahead = []
+        while node_id is not None and node_id in self._state.nodes and tree.has_node(node_id):
+            prediction = self._state.nodes[node_id].predict(vector)
+            ahead.append(
+                {"node": node_id, "choice": prediction.choice, "p": prediction.confidence, "near": prediction.near}
+            )
+            node_id = prediction.choice
+        if not ahead:
+            return walk
+        steps = (*walk.steps[:-1], replace(last, learned={**note, "ahead": ahead}))
+        return replace(walk, steps=steps)
 
     async def _ask_fallback(
         self,

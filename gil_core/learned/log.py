@@ -167,19 +167,22 @@ def _scored(tree: Tree, path_json: str | None, order: int, option: str | None) -
     truth_at = {node: path[index + 1] if index + 1 < len(path) else None for index, node in enumerate(path)}
     for step in json.loads(path_json or "[]"):
         note = step.get("learned")
-        node = step.get("node")
-        if not note or node not in truth_at:
-            continue  # no prediction here, or the node is not on the confirmed path
-        truth = truth_at[node]
-        yield Logged(
-            node_id=node,
-            order=order,
-            truth=truth,
-            choice=note.get("choice"),
-            confidence=float(note["p"]),
-            near=note.get("near"),
-            llm_right=_llm_right(step, truth),
-        )
+        if not note:
+            continue
+        predictions = [(step.get("node"), note, step)] + [(item["node"], item, None) for item in note.get("ahead", ())]
+        for node, said, judged in predictions:
+            if node not in truth_at:
+                continue  # the node is not on the confirmed path
+            truth = truth_at[node]
+            yield Logged(
+                node_id=node,
+                order=order,
+                truth=truth,
+                choice=said.get("choice"),
+                confidence=float(said["p"]),
+                near=said.get("near"),
+                llm_right=_llm_right(judged, truth) if judged is not None else None,
+            )
 
 
 def _llm_right(step: Mapping[str, Any], truth: str | None) -> bool | None:

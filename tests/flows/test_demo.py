@@ -23,3 +23,6 @@ def test_the_demo_answers_the_second_pass_from_memory(tmp_path: Path) -> None:
     assert summary["first"]["requests"] == summary["second"]["requests"] == 6
     assert summary["second"]["memory_share"] == 1.0 and summary["second"]["accuracy"] == 1.0
     assert summary["first"]["accuracy"] < 1.0  # the scripted model answers "None of these" to everything
+    missed = summary["first"]["misses"]
+    wrong = round(6 * (1 - summary["first"]["accuracy"]))
+    assert sum(missed.values()) == wrong and missed["before any verdict"] >= 1
