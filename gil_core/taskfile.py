@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from gil_core._config_yaml import BoundedLoader, YAMLLimitError, read_config_text
 from gil_core.errors import ConfigurationError, GilError, TreeFileError
 from gil_core.fallback import TextContract, TreeAnswerContract
 from gil_core.fallback.contracts import Contract
@@ -109,7 +110,11 @@ def load_task_file(path: str | Path, **overrides: Any) -> TaskFile:
     """Read a task file; ``overrides`` (e.g. from CLI flags) replace keys of the file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_config_text(path)
+    except YAMLLimitError as exc:
+        raise TaskFileError(exc.problem, path=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise TaskFileError(f"cannot read the task file: not UTF-8 ({exc.reason})", path=str(path)) from None
     except OSError as exc:
         raise TaskFileError(f"cannot read the task file: {exc.strerror or exc}", path=str(path)) from exc
     return parse_task_file(text, path=path, overrides=overrides)
@@ -117,12 +122,17 @@ def load_task_file(path: str | Path, **overrides: Any) -> TaskFile:
 
 def parse_task_file(text: str, *, path: Path, overrides: dict[str, Any] | None = None) -> TaskFile:
     where = str(path)
+    loader = BoundedLoader(text)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except YAMLLimitError as exc:
+        raise TaskFileError(exc.problem, path=where, line=exc.line) from None
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark is not None else None
         raise TaskFileError(f"YAML syntax error: {exc.problem}", path=where, line=line) from exc
+    finally:
+        loader.dispose()
     if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
         raise TaskFileError("a task file is a mapping of keys to values", path=where, line=1)
     lines: dict[str, int] = {}

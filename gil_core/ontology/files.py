@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from gil_core._config_yaml import BoundedLoader, YAMLLimitError, read_config_text
 from gil_core.errors import TreeFileError
 from gil_core.ontology.labels import LabelScheme
 from gil_core.ontology.lint import check_tree
@@ -24,10 +25,13 @@ _ID_LINE = re.compile(r"^\s*(?:-\s+)?id:\s*['\"]?([^'\"#\s]+)")
 
 
 def load_tree(path: str | Path) -> Tree:
-    """Read a tree file. Raises ``TreeFileError`` naming ``path:line`` and the node on any problem."""
+    """Read a tree file. Raises ``TreeFileError`` naming ``path:line`` and the node on any problem, a file past
+    the bounds of ``gil_core._config_yaml`` (size, nesting, aliases expanded) included."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_config_text(path)
+    except YAMLLimitError as exc:
+        raise TreeFileError(exc.problem, path=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TreeFileError(f"cannot read the tree file: {exc}", path=str(path)) from exc
     return parse_tree(text, source=str(path))
@@ -35,9 +39,11 @@ def load_tree(path: str | Path) -> Tree:
 
 def parse_tree(text: str, *, source: str = "<tree>") -> Tree:
     """Parse tree YAML held in a string; ``source`` is the name used in messages."""
-    loader = yaml.SafeLoader(text)
+    loader = BoundedLoader(text)
     try:
         document = loader.get_single_node()
+    except YAMLLimitError as exc:
+        raise TreeFileError(exc.problem, path=source, line=exc.line) from None
     except yaml.MarkedYAMLError as exc:
         # The context mark is where the broken construct began (an unclosed quote, say); the problem mark
         # is where the parser gave up, often much later.
