@@ -55,6 +55,8 @@ class LearnedPolicy:
     * ``novelty``: the share of confirmed requests the novelty cut may refuse: a request less similar to every
       confirmed request of the class it is predicted as than that quantile of what confirmed requests were to
       their predecessors is not served.
+    * ``unseen``: the share of a category the tree does not hold that may be served as another, estimated at each
+      refit by leaving each confirmed category out in turn; the root's cuts rise until it holds.
     * ``window``: the latest logged predictions per node the rules read.
     * ``regularization``: the inverse regularisation strength ``C`` of the logistic regression.
     * ``exemplars``: confirmed requests kept per class for the novelty check (the most recent ones).
@@ -64,13 +66,14 @@ class LearnedPolicy:
     min_support: int = 20
     audit_rate: float = 0.05
     novelty: float = 0.05
+    unseen: float = 0.03
     window: int = 500
     pooling: Pooling = "layer"
     regularization: float = 10.0
     exemplars: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("precision", "audit_rate", "novelty"):
+        for name in ("precision", "audit_rate", "novelty", "unseen"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ConfigurationError(f"learned_reflex.{name} must be a number, got {value!r}")
@@ -80,6 +83,8 @@ class LearnedPolicy:
             raise ConfigurationError(f"learned_reflex.audit_rate must lie in [0, 1], got {self.audit_rate!r}")
         if not 0.0 <= self.novelty < 1.0:
             raise ConfigurationError(f"learned_reflex.novelty must lie in [0, 1), got {self.novelty!r}")
+        if not 0.0 <= self.unseen <= 1.0:
+            raise ConfigurationError(f"learned_reflex.unseen must lie in [0, 1], got {self.unseen!r}")
         for name in ("min_support", "window", "exemplars"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

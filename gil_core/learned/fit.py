@@ -14,8 +14,13 @@
   layer's. A request less like the confirmed requests of its predicted class than that class's cut is not
   served.
 * **Targets.** A walk served by the learned judge from the root to an answer is right only if each of its steps
-  is, so a node on walks of at most ``D`` judgments must reach ``precision ** (1 / D)`` for those walks to
-  reach ``precision`` (``node_target``).
+  is, so its precision is the product of its steps'. The root, on walks of at most ``D`` judgments, must reach
+  ``precision ** (1 / D)``; a node below gets what its ancestors' measured precision leaves of the task's
+  (``node_target``).
+* **Categories the tree does not hold.** At the root, each of the largest confirmed categories is left out in
+  turn (the model refit without its rows and prior) and its requests are scored as that refit judges them. The
+  root's confidence cut and novelty cuts rise as little as keeps at most ``unseen`` of such requests served,
+  each category weighted alike, keeping as many logged in-scope predictions as possible.
 * **Rules**, from the logged predictions (made before their verdicts), latest ``window`` per node, a node's own
   while it has ``min_support`` of them, else its layer's (leaves and inner nodes pooled apart, since their
   thresholds differ), else the whole tree's (one model judges every node); the same for the predictions the LLM
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -133,6 +139,7 @@ def fit_state(
 
     vectors = log.vectors if log.vectors.size else np.zeros((0, dimensions), dtype=np.float32)
     fitted: dict[str, NodeModel] = {}
+    unseen: _Unseen | None = None
     calibration: dict[str, tuple[NDArray[np.float64], NDArray[np.int64]]] = {}
     for rows in node_rows(tree, log):
         items: Sequence[Node | Option] = rows.node.children or rows.node.options
@@ -153,6 +160,8 @@ def fit_state(
             weights, bias = _softmax_parameters(model.coef_, model.intercept_, model.classes_, k, dimensions)
         exemplar_rows = _latest_per_class(rows.labels, k, policy.exemplars)
         calibration[rows.node.id] = _prequential_nearest(vectors[rows.rows], rows.labels, policy.exemplars)
+        if rows.node is tree.root and k > 2:
+            unseen = _left_out_requests(x, y, len(prior_y), rows.classes, policy)
         fitted[rows.node.id] = NodeModel(
             node_id=rows.node.id,
             layer=rows.layer,
@@ -169,18 +178,23 @@ def fit_state(
         )
     layers = {model.node_id: _group(tree, model) for model in fitted.values()}
     cuts = _novelty_cuts(calibration, fitted, layers, policy)
-    nodes = {
-        node_id: _with_rule(
+    nodes: dict[str, NodeModel] = {}
+    reached: dict[str, float] = {}  # per node: the precision its step is taken to have (measured, or its target)
+    for node_id, model in fitted.items():  # parents before children (the tree's depth-first order)
+        ancestors = [node.id for node in tree.path_to(node_id)[:-1]]
+        target = node_target(tree, node_id, policy.precision, [reached[a] for a in ancestors if a in reached])
+        judged = _with_rule(
             model,
             novelty_cuts=cuts[node_id],
             logged=_evidence(node_id, log.logged, layers, policy),
             threshold=threshold(tree.node(node_id), model.layer),
-            target=node_target(tree, node_id, model.layer, policy.precision),
+            target=target,
             policy=policy,
             previous=previous.nodes.get(node_id) if previous is not None else None,
         )
-        for node_id, model in fitted.items()
-    }
+        nodes[node_id] = _with_unseen(judged, unseen if node_id == tree.root.id else None, log.logged, policy)
+        measured = judged.report.get("precision")
+        reached[node_id] = float(measured) if judged.serving and measured is not None else target
     return LearnedState(
         task=task,
         tree_sha256=tree_sha256,
@@ -190,6 +204,96 @@ def fit_state(
         fitted_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         policy=policy.to_json(),
         nodes=nodes,
+    )
+
+
+@dataclass(frozen=True)
+class _Unseen:
+    """Root requests of a category the model was fitted without: their winning probability and their highest
+    cosine to the exemplars of the class they were predicted as (one array pair per left-out category)."""
+
+    confidence: list[NDArray[np.float64]]
+    near: list[NDArray[np.float64]]
+
+
+_UNSEEN_PER_CLASS = 100  # left-out requests scored per category (its latest): enough for a 1% share, and cheap
+_UNSEEN_CATEGORIES = 12  # categories left out in turn at most (the largest): the refit stays within seconds
+_UNSEEN_MINIMUM = 5  # confirmed requests a category needs to be left out
+
+
+def _left_out_requests(
+    x: NDArray[np.float32], y: NDArray[np.int64], priors: int, classes: Sequence[str | None], policy: LearnedPolicy
+) -> _Unseen | None:
+    """Leave each of the root's largest categories out in turn: refit without it (its rows and its prior), and
+    score its confirmed requests as the refit judges them, as if it were a category the tree does not hold."""
+    from sklearn.linear_model import LogisticRegression
+
+    confirmed = np.arange(len(y)) >= priors
+    counts = [(int((confirmed & (y == c)).sum()), c) for c, name in enumerate(classes) if name is not None]
+    chosen = [c for count, c in sorted(counts, reverse=True) if count >= _UNSEEN_MINIMUM][:_UNSEEN_CATEGORIES]
+    if len(chosen) < 2:
+        return None
+    confidence, near = [], []
+    for left in chosen:
+        keep = y != left
+        if len(np.unique(y[keep])) < 2:
+            continue
+        model = LogisticRegression(C=policy.regularization, class_weight="balanced", max_iter=2000).fit(
+            x[keep], y[keep]
+        )
+        sent = x[confirmed & (y == left)][-_UNSEEN_PER_CLASS:]
+        probabilities = model.predict_proba(sent)
+        winners = model.classes_[probabilities.argmax(axis=1)]
+        kept = confirmed & keep
+        best = np.full(len(sent), -1.0)
+        for winner in np.unique(winners):
+            pool = x[kept & (y == winner)][-policy.exemplars :]
+            if len(pool):
+                mine = winners == winner
+                best[mine] = (sent[mine] @ pool.T).max(axis=1)
+        confidence.append(probabilities.max(axis=1).astype(np.float64))
+        near.append(best)
+    return _Unseen(confidence, near) if confidence else None
+
+
+def _with_unseen(
+    model: NodeModel, unseen: _Unseen | None, logged: Sequence[Logged], policy: LearnedPolicy
+) -> NodeModel:
+    """Raise the root's confidence cut and novelty cuts as little as keeps at most ``unseen`` of a left-out
+    category's requests served (each category weighted alike), keeping as many of the logged in-scope
+    predictions as possible."""
+    if unseen is None or not model.serving or model.cut is None:
+        return model
+    own = [item for item in logged if item.node_id == model.node_id and item.near is not None]
+    if not own:
+        return model
+    kept_p = np.asarray([item.confidence for item in own])
+    kept_near = np.asarray([item.near for item in own], dtype=np.float64)
+    levels = sorted({model.cut, *(level for level in (0.6, 0.7, 0.8, 0.9, 0.95, 0.99) if level > model.cut)})
+    nears = sorted({float(v) for v in np.quantile(np.concatenate(unseen.near), np.linspace(0, 1, 41))} | {-1.0})
+    best: tuple[float, float, float] | None = None  # (coverage, confidence cut, near cut)
+    for level in levels:
+        for floor in nears:
+            served = statistics.fmean(
+                float(((p >= level) & (n >= floor)).mean()) for p, n in zip(unseen.confidence, unseen.near, strict=True)
+            )
+            if served > policy.unseen:
+                continue
+            coverage = float(((kept_p >= level) & (kept_near >= floor)).mean())
+            if best is None or coverage > best[0]:
+                best = (coverage, level, floor)
+            break  # higher near cuts only lose coverage at this level
+    report = dict(model.report)
+    if best is None:
+        report["unseen"] = {"served": None, "note": "no cut keeps left-out categories out"}
+        return replace(model, rule="withdrawn" if model.rule != "learning" else model.rule, cut=None, report=report)
+    _, level, floor = best
+    report["unseen"] = {"confidence_cut": level, "near_cut": floor, "left_out": len(unseen.confidence)}
+    return replace(
+        model,
+        cut=max(model.cut, level),
+        novelty_cuts=np.where(np.isnan(model.novelty_cuts), np.nan, np.maximum(model.novelty_cuts, floor)),
+        report=report,
     )
 
 
@@ -235,11 +339,14 @@ def _prequential_nearest(
     return np.asarray(values, dtype=np.float64), np.asarray(classes, dtype=np.int64)
 
 
-def node_target(tree: Tree, node_id: str, layer: int, precision: float) -> float:
+def node_target(tree: Tree, node_id: str, precision: float, above: Sequence[float]) -> float:
     """The precision a node must reach so that a walk served by the learned judge all the way down meets the
-    task's: each step is judged on the requests that reached it rightly, so a walk's precision is the product of
-    its steps', and a node on walks of at most ``D`` judgments needs ``precision ** (1 / D)``."""
-    return float(precision ** (1.0 / (layer - 1 + _height(tree.node(node_id)))))
+    task's. Each step is judged on the requests that reached it rightly, so a walk's precision is the product of
+    its steps': what the steps above this node take (``above``: their measured precision where they serve, else
+    their own target) leaves ``precision / product(above)`` for this node and the ``h`` judgments of its deepest
+    walk down, shared alike: ``(precision / product(above)) ** (1 / h)``. At the root: ``precision ** (1 / D)``."""
+    budget = precision / math.prod(above) if above else precision
+    return float(min(1.0, budget ** (1.0 / _height(tree.node(node_id)))))
 
 
 def _height(node: Node) -> int:
