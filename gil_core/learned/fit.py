@@ -39,6 +39,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import math
 import statistics
 from collections import defaultdict
@@ -152,7 +153,11 @@ def fit_state(
         x = np.vstack([np.asarray(prior_x, dtype=np.float32).reshape(-1, dimensions), vectors[rows.rows]])
         y = np.concatenate([np.asarray(prior_y, dtype=np.int64), rows.labels])
         k = len(rows.classes)
-        if k == 1:
+        digest = _rows_digest(log, rows, len(prior_y), policy)
+        before = previous.nodes.get(rows.node.id) if previous is not None else None
+        if before is not None and before.report.get("rows_digest") == digest and before.classes == rows.classes:
+            weights, bias = before.weights, before.bias  # an untouched node keeps its fit
+        elif k == 1:
             weights, bias = np.zeros((1, dimensions), np.float32), np.zeros(1, np.float32)
         else:
             model = LogisticRegression(C=policy.regularization, class_weight="balanced", max_iter=2000)
@@ -174,7 +179,7 @@ def fit_state(
             rule="learning",
             cut=None,
             evidence="node",
-            report={"rows": len(rows.rows), "priors": len(prior_y), "classes": k},
+            report={"rows": len(rows.rows), "priors": len(prior_y), "classes": k, "rows_digest": digest},
         )
     layers = {model.node_id: _group(tree, model) for model in fitted.values()}
     cuts = _novelty_cuts(calibration, fitted, layers, policy)
@@ -205,6 +210,15 @@ def fit_state(
         policy=policy.to_json(),
         nodes=nodes,
     )
+
+
+def _rows_digest(log: LearnedLog, rows: NodeRows, priors: int, policy: LearnedPolicy) -> str:
+    """What a node's fit depends on: its confirmed rows (trace and class), its priors and the regularisation. A
+    node whose digest did not change since the last fit is not fit again (feedback refits the nodes it touched)."""
+    hasher = hashlib.sha256(f"{priors}\x1f{policy.regularization}\x1f{rows.classes}".encode())
+    for row, label in zip(rows.rows.tolist(), rows.labels.tolist(), strict=True):
+        hasher.update(f"\x1e{log.confirmed[row].trace_id}\x1f{label}".encode())
+    return hasher.hexdigest()[:32]
 
 
 @dataclass(frozen=True)

@@ -158,3 +158,13 @@ def test_learned_reflex_key_of_a_task_file(tmp_path: Path) -> None:
         with pytest.raises(TaskFileError, match=message) as caught:
             parse_task_file(base + text + "\n", path=tmp_path / "t.yaml")
         assert caught.value.line == 4 and caught.value.key == "learned_reflex"
+
+
+def test_learned_refit_fits_again_only_the_nodes_feedback_touched() -> None:
+    log, priors = _tree_log(["apple", "hammer", "pear", "saw"] * 6)
+    first = _fit(log, priors)
+    more, _ = _tree_log(["apple", "hammer", "pear", "saw"] * 6 + ["apple", "pear"] * 3)
+    second = _fit(more, priors, previous=first)
+    assert second.nodes["tools"].weights is first.nodes["tools"].weights  # no new tools verdict: kept
+    assert second.nodes["fruit"].weights is not first.nodes["fruit"].weights
+    assert second.nodes["root"].weights is not first.nodes["root"].weights
