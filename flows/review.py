@@ -10,6 +10,7 @@ accepted into a new version of the tree file beside the old one, and records the
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +29,8 @@ from gil_core.reviews import (
     deactivation_review,
     differentiation_review,
     promotion_review,
+    review_file_name,
+    safe_name,
 )
 from gil_core.runtime import open_runtime
 from gil_core.taskfile import TaskFile, load_task_file
@@ -43,13 +46,20 @@ def local_folder(loaded: TaskFile) -> Path:
     return loaded.store.parent if isinstance(loaded.store, Path) else loaded.path.parent / ".gil"
 
 
+_ARTIFACT_KEY = re.compile(r"[a-z0-9-]{1,64}")  # what Prefect accepts in an artifact key
+
+
 def review_path(task_file: str, kind: str) -> Path:
+    """Where a round's list is written: the reviews folder, under a file name no task name can lead out of."""
     loaded = load_task_file(task_file)
-    return local_folder(loaded) / "reviews" / f"{loaded.task.name}-{kind}.yaml"
+    return local_folder(loaded) / "reviews" / review_file_name(loaded.task.name, kind)
 
 
 def artifact_key(review: ReviewList) -> str:
-    return f"{review.task}-{review.kind.value}".lower().replace("_", "-")
+    """The round's Prefect artifact key: ``<task>-<kind>``, a task name Prefect would refuse (capitals, ``_``,
+    ``/``, spaces…) escaped by ``safe_name`` to lower-case letters, digits and dashes."""
+    task = safe_name(review.task, _ARTIFACT_KEY).lower().replace("_", "-")
+    return f"{task}-{review.kind.value}"
 
 
 @gil_task(name="publish review list")

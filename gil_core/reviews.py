@@ -9,6 +9,7 @@ one, and records the promotion round at the index its proposals were computed at
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -50,8 +51,32 @@ __all__ = [
     "decide",
     "differentiation_review",
     "promotion_review",
+    "review_file_name",
+    "safe_name",
     "write_tree_version",
 ]
+
+_PLAIN_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
+_NOT_PLAIN = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def safe_name(name: str, plain: re.Pattern[str] = _PLAIN_FILE_NAME) -> str:
+    """``name`` as one plain piece of a file name or key: itself when it matches ``plain`` whole (by default
+    letters, digits, ``_ . -``, not starting with a dot, at most 64 characters), else its plain characters (the
+    others as ``_``, at most 40) and 12 hex digits of its SHA-256, so that no task name reaches outside a folder
+    (``../x``, ``/etc``, ``a/b``, NUL, a name longer than a file name may be) and two names never share a file."""
+    if plain.fullmatch(name):
+        return name
+    readable = _NOT_PLAIN.sub("_", name).strip("._")[:40]
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{readable}-{digest}" if readable else digest
+
+
+def review_file_name(task: str, kind: ReviewKind | str) -> str:
+    """The file a round's review list is written to, in the reviews folder: ``<task>-<kind>.yaml``, the task
+    name escaped by ``safe_name``."""
+    return f"{safe_name(task)}-{ReviewKind(kind).value}.yaml"
+
 
 DEFAULT_PROMOTION = PromotionPolicy(min_support=3, from_corrections=False)
 DEFAULT_WEIGHTS = ReliabilityWeights(reinforce=1.0, penalty=2.0, prior_strength=2.0)

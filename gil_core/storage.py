@@ -29,6 +29,7 @@ from filelock import FileLock
 from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gil_core._redaction import REDACTED, redact_secrets
 from gil_core.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ OBJECT_STORE_SCHEME = "s3://"
 """The one object-store scheme stores and memory accept."""
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_REDACTED = "***"
+_REDACTED = REDACTED
 _ERROR_HEAD = 300  # characters of a library's error text kept in a message
 # What an S3 error body or an options dump can carry besides the configured values themselves.
 _KEY_PATTERNS = (
@@ -154,10 +155,9 @@ class S3Settings(BaseSettings):
         return fs.S3FileSystem(**{name: value for name, value in arguments.items() if value is not None})
 
     def redact(self, text: str) -> str:
-        """``text`` with every configured key, and anything shaped like an AWS key field, replaced by ***."""
-        for value in self._keys().values():
-            if value:
-                text = text.replace(value, _REDACTED)
+        """``text`` with every configured key, every run of 8 or more of a key's characters (a key the library
+        already cut short), and anything shaped like an AWS key field, replaced by ***. ``describe`` cuts after."""
+        text = redact_secrets(text, self._keys().values())
         for pattern in _KEY_PATTERNS:
             text = pattern.sub(rf"\g<1>{_REDACTED}\g<2>", text)
         return text

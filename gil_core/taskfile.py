@@ -18,6 +18,7 @@ from gil_core.errors import ConfigurationError, GilError, TreeFileError
 from gil_core.fallback import TextContract, TreeAnswerContract
 from gil_core.fallback.contracts import Contract
 from gil_core.language import ENGLISH, KOREAN, PromptLanguage
+from gil_core.llm._endpoint import url_problem
 from gil_core.ontology import Tree, load_tree
 from gil_core.settings import GilSettings, load_settings
 from gil_core.storage import location
@@ -196,6 +197,9 @@ class _Reader:
             extra = sorted(set(value) - {"url", "name", "api_key_env"})
             if extra:
                 raise self.fail(key, f"unknown model key {extra[0]!r} (url, name, api_key_env)")
+            problem = url_problem(value["url"])  # says why without the URL: it may hold a key
+            if problem is not None:
+                raise self.fail(key, f"url: {problem}")
             return ModelSpec("remote", value["url"], value["name"], value.get("api_key_env"))
         # The value is not echoed: a malformed spec may hold a key written where it does not belong.
         raise self.fail(key, f"expected {_KEYS[key]}, got a {type(value).__name__}")

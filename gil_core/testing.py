@@ -9,11 +9,13 @@ loopback, so the httpx adapters are tested over a real socket, failure modes inc
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import threading
+import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -41,10 +43,12 @@ __all__ = [
 ]
 
 FailureKind = Literal[
-    "refuse", "hang", "garbage", "no_logprobs", "empty", "truncated",
+    "refuse", "hang", "drip", "huge", "garbage", "no_logprobs", "empty", "truncated",
     "400", "401", "404", "429", "500", "502", "503", "504",
 ]  # fmt: skip
-"""What ``enqueue_failure`` can script; the numbers are HTTP statuses answered with an OpenAI error body."""
+"""What ``enqueue_failure`` can script; the numbers are HTTP statuses answered with an OpenAI error body.
+"drip" sends a 200 and then its body one byte at a time, never finishing; "huge" a 200 whose body runs to
+hundreds of MB, without a length (``ScriptedOpenAIServer``'s ``drip_seconds`` and ``huge_bytes``)."""
 
 _CHAT_PATH = "/v1/chat/completions"
 _EMBEDDINGS_PATH = "/v1/embeddings"
@@ -52,6 +56,7 @@ _EMBEDDINGS_PATH = "/v1/embeddings"
 _PROMPT_MS_PER_TOKEN = 1.0
 _PREDICTED_MS_PER_TOKEN = 10.0
 _MAX_HANG_SECONDS = 30.0
+_HUGE_CHUNK = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +88,10 @@ class _Failure:
             return RateLimitedError("rate limited (scripted)", endpoint=endpoint, retry_after=retry_after)
         if self.kind == "garbage":
             return BadResponseError("reply is not JSON (scripted)", endpoint=endpoint)
+        if self.kind == "drip":
+            return ModelUnavailableError("the reply did not finish (scripted drip)", endpoint=endpoint)
+        if self.kind == "huge":
+            return BadResponseError("reply is larger than the cap (scripted)", endpoint=endpoint)
         status = int(self.kind) if self.kind.isdigit() else None
         kind = BadResponseError if status is not None and status < 500 else ModelUnavailableError
         return kind(f"scripted failure {self.kind!r}", endpoint=endpoint, status=status)
@@ -91,7 +100,7 @@ class _Failure:
 @dataclass(frozen=True, slots=True)
 class _RawReply:
     status: int
-    body: Mapping[str, Any] | Sequence[Any]
+    body: Mapping[str, Any] | Sequence[Any] | bytes
 
 
 _Item = Completion | ScriptedReply | _Failure | _RawReply
@@ -265,11 +274,26 @@ class HashEmbeddingModel:
 
 @dataclass(frozen=True, slots=True)
 class ReceivedRequest:
-    """One request ``ScriptedOpenAIServer`` received: path, JSON body, headers with lower-case names."""
+    """One request ``ScriptedOpenAIServer`` received: path, JSON body, headers with lower-case names, the query
+    string, and when it arrived (``time.monotonic()``)."""
 
     path: str
     body: Mapping[str, Any]
     headers: Mapping[str, str]
+    query: str = ""
+    received_at: float = 0.0
+
+
+@dataclass(slots=True)
+class StreamedReply:
+    """A "drip" or "huge" reply ``ScriptedOpenAIServer`` sent: how many body bytes went out, and whether the
+    client hung up before the server was done (it never is, for a drip); ``done`` is set once the server stopped
+    sending (it notices a client that hung up at its next write)."""
+
+    kind: str
+    bytes_sent: int = 0
+    client_hung_up: bool = False
+    done: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +302,10 @@ class _Response:
     payload: bytes
     content_type: str = "application/json"
     headers: Mapping[str, str] = field(default_factory=dict)
+    # A body sent piece by piece after ``payload`` (drip, huge); the pieces are made as they are sent.
+    stream: Iterator[bytes] | None = None
+    record: StreamedReply | None = None
+    length: int | None = None  # the Content-Length announced; None: len(payload), or none at all when streaming
 
 
 def _json_response(status: int, body: object, headers: Mapping[str, str] | None = None) -> _Response:
@@ -324,27 +352,39 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False  # a hanging handler must never hold up close()
 
-    def __init__(self, owner: ScriptedOpenAIServer) -> None:
+    def __init__(self, owner: ScriptedOpenAIServer, port: int = 0) -> None:
         self.owner = owner
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(("127.0.0.1", port), _Handler)
 
 
 class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         headers = {name.lower(): value for name, value in self.headers.items()}
-        response = cast(_HTTPServer, self.server).owner._answer(self.path, raw, headers)
+        path, _, query = self.path.partition("?")
+        response = cast(_HTTPServer, self.server).owner._answer(path, raw, headers, query)
         if response is None:
             return  # the connection closes without a reply
         try:
             self.send_response(response.status)
             for name, value in {**response.headers, "Content-Type": response.content_type}.items():
                 self.send_header(name, value)
-            self.send_header("Content-Length", str(len(response.payload)))
+            length = response.length if response.length is not None else len(response.payload)
+            if response.stream is None or response.length is not None:
+                self.send_header("Content-Length", str(length))
             self.end_headers()
             self.wfile.write(response.payload)
+            for piece in response.stream or ():
+                self.wfile.write(piece)
+                self.wfile.flush()
+                if response.record is not None:
+                    response.record.bytes_sent += len(piece)
         except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (its timeout); nothing to tell it
+            if response.record is not None:
+                response.record.client_hung_up = True  # the client gave up (its timeout or its cap)
+        finally:
+            if response.record is not None:
+                response.record.done.set()
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # keep test output clean
@@ -358,6 +398,9 @@ class ScriptedOpenAIServer(_Script):
     unless a failure or raw JSON reply is next in the queue. ``requests`` records every request received.
     ``latency_seconds`` delays every reply by a fixed time, as a model server's per-call time; each request
     waits on its own thread, so the server serves any number of calls at once (the client's bound is the limit).
+    A queued "refuse" stops listening (connections are refused) until ``resume_listening()``; a "drip" sends one
+    byte every ``drip_seconds`` for up to ``hang_seconds``, a "huge" reply ``huge_bytes``; ``streamed`` records
+    what each of those sent.
     """
 
     def __init__(
@@ -368,8 +411,12 @@ class ScriptedOpenAIServer(_Script):
         embedding_dimensions: int = 64,
         hang_seconds: float = _MAX_HANG_SECONDS,
         latency_seconds: float = 0.0,
+        drip_seconds: float = 2.0,
+        huge_bytes: int = 300 * 1024 * 1024,
     ) -> None:
         super().__init__()
+        if drip_seconds <= 0 or huge_bytes < 0:
+            raise ValueError(f"drip_seconds must be > 0 and huge_bytes >= 0 ({drip_seconds}, {huge_bytes})")
         if not 0.0 <= latency_seconds <= _MAX_HANG_SECONDS:
             raise ValueError(f"latency_seconds must be within 0..{_MAX_HANG_SECONDS:g}, got {latency_seconds}")
         self._responder = responder
@@ -377,12 +424,15 @@ class ScriptedOpenAIServer(_Script):
         self._embedder = HashEmbeddingModel(embedding_dimensions)
         self._hang_seconds = min(hang_seconds, _MAX_HANG_SECONDS)
         self._latency_seconds = latency_seconds
+        self._drip_seconds = drip_seconds
+        self._huge_bytes = huge_bytes
         self._closing = threading.Event()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._listening = False
         self._state_lock = threading.Lock()
         self.requests: list[ReceivedRequest] = []
+        self.streamed: list[StreamedReply] = []
 
     @property
     def base_url(self) -> str:
@@ -395,13 +445,25 @@ class ScriptedOpenAIServer(_Script):
         """Bind an ephemeral loopback port and serve from a background thread."""
         if self._httpd is not None:
             raise RuntimeError("ScriptedOpenAIServer is already started")
-        self._httpd = _HTTPServer(self)
-        # A short poll interval keeps shutdown (and "refuse") fast.
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
-        self._thread.start()
-        self._listening = True
-        self._refuse_if_next()
+        self._serve(_HTTPServer(self))
         return self
+
+    def resume_listening(self) -> None:
+        """Listen again on the same port after a "refuse", as a server back from a restart would."""
+        with self._state_lock:
+            if self._httpd is None or self._listening or self._closing.is_set():
+                return
+            port = self._httpd.server_address[1]
+        self._serve(_HTTPServer(self, port))
+
+    def _serve(self, httpd: _HTTPServer) -> None:
+        self._httpd = httpd
+        # A short poll interval keeps shutdown (and "refuse") fast.
+        self._thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+        self._thread.start()
+        with self._state_lock:
+            self._listening = True
+        self._refuse_if_next()
 
     def close(self) -> None:
         """Release hanging requests, stop serving and close the socket; safe to call twice."""
@@ -424,8 +486,9 @@ class ScriptedOpenAIServer(_Script):
     ) -> None:
         self.close()
 
-    def enqueue_json(self, body: Mapping[str, Any] | Sequence[Any], *, status: int = 200) -> None:
-        """Queue a reply sent verbatim, for shapes the protocol does not promise; either endpoint takes it."""
+    def enqueue_json(self, body: Mapping[str, Any] | Sequence[Any] | bytes, *, status: int = 200) -> None:
+        """Queue a reply sent verbatim, for shapes the protocol does not promise (bytes are the body itself, as
+        JSON or not); either endpoint takes it."""
         self._push(_RawReply(status, body))
 
     def _push(self, item: _Item) -> None:
@@ -450,8 +513,9 @@ class ScriptedOpenAIServer(_Script):
         self._httpd.shutdown()
         self._httpd.socket.close()
 
-    def _answer(self, path: str, raw: bytes, headers: Mapping[str, str]) -> _Response | None:
+    def _answer(self, path: str, raw: bytes, headers: Mapping[str, str], query: str = "") -> _Response | None:
         """The reply to one request (None: close the connection without one). Runs on a handler thread."""
+        received_at = time.monotonic()
         if self._latency_seconds:
             self._closing.wait(self._latency_seconds)
         try:
@@ -461,7 +525,7 @@ class ScriptedOpenAIServer(_Script):
         if not isinstance(body, dict):
             return _error_response(400, "request body is not a JSON object")
         with self._lock:
-            self.requests.append(ReceivedRequest(path, body, headers))
+            self.requests.append(ReceivedRequest(path, body, headers, query, received_at))
         if self._api_key is not None and headers.get("authorization") != f"Bearer {self._api_key}":
             return _error_response(401, "invalid api key")
         if path not in (_CHAT_PATH, _EMBEDDINGS_PATH):
@@ -472,6 +536,8 @@ class ScriptedOpenAIServer(_Script):
         if isinstance(item, _Failure):
             return self._fail(item)
         if isinstance(item, _RawReply):
+            if isinstance(item.body, bytes):
+                return _Response(item.status, item.body)
             return _json_response(item.status, item.body)
         if not chat:
             return self._embeddings(body)
@@ -485,11 +551,40 @@ class ScriptedOpenAIServer(_Script):
             return None
         if failure.kind == "garbage":
             return _Response(200, b"<html><body>502 Bad Gateway (not JSON)</body></html>", "text/html")
+        if failure.kind in ("drip", "huge"):
+            record = StreamedReply(failure.kind)
+            with self._lock:
+                self.streamed.append(record)
+            if failure.kind == "drip":  # announces a body it never finishes
+                return _Response(200, b"", stream=self._drip(), record=record, length=1 << 20)
+            return _Response(200, b"", stream=self._huge(), record=record)
         headers: dict[str, str] = {}
         if failure.kind == "429" and failure.retry_after is not None:
             value = failure.retry_after
             headers["Retry-After"] = value if isinstance(value, str) else f"{value:g}"
         return _error_response(int(failure.kind), f"scripted failure {failure.kind}", headers)
+
+    def _drip(self) -> Iterator[bytes]:
+        """A JSON reply's first bytes, then white space, one byte every ``drip_seconds``, until ``hang_seconds``
+        have passed or the server closes."""
+        stop_at = time.monotonic() + self._hang_seconds
+        start = b'{"choices": ['
+        for index in itertools.count():
+            yield start[index : index + 1] or b" "
+            if self._closing.wait(self._drip_seconds) or time.monotonic() >= stop_at:
+                return
+
+    def _huge(self) -> Iterator[bytes]:
+        """A chat reply whose content makes the body ``huge_bytes`` long, made as it is sent."""
+        head = b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "'
+        tail = b'"}, "finish_reason": "stop"}]}'
+        yield head
+        chunk = b"x" * _HUGE_CHUNK
+        left = max(0, self._huge_bytes - len(head) - len(tail))
+        while left > 0 and not self._closing.is_set():
+            yield chunk[:left]
+            left -= min(left, _HUGE_CHUNK)
+        yield tail
 
     def _chat(self, body: Mapping[str, Any], item: _Item | None) -> _Response:
         if item is None and self._responder is not None:

@@ -31,10 +31,11 @@ from gil_core.errors import (
     ModelUnavailableError,
     RateLimitedError,
 )
+from gil_core.llm._endpoint import Endpoint
 from gil_core.llm.options import current_call_options
 from gil_core.llm.ports import Completion, Embeddings, Message, ServerTimings, TokenLogprob, Usage
 
-__all__ = ["OpenAICompatibleChatModel", "OpenAICompatibleEmbeddingModel"]
+__all__ = ["MAX_REPLY_BYTES", "OpenAICompatibleChatModel", "OpenAICompatibleEmbeddingModel"]
 
 _log = logging.getLogger(__name__)
 
@@ -42,6 +43,12 @@ _RETRIED_STATUSES = frozenset({500, 502, 503, 504})
 # A connect failure means the request never reached the server, so repeating it cannot do work twice.
 _RETRIED_TRANSPORT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
 _MAX_QUOTED_BODY = 300
+_MAX_ERROR_BODY = 64 * 1024  # of an error status's body: it is only quoted (300 characters of it)
+# httpx's own timeouts (connect, each read) are ``timeout``: they fire first where they apply, and this bound on a
+# whole attempt catches what they cannot, a reply that keeps arriving a byte at a time.
+_ATTEMPT_DEADLINE_FACTOR = 1.5
+MAX_REPLY_BYTES = 32 * 1024 * 1024
+"""The largest reply body read by default: an embeddings reply for 1,000 texts of 1,536 dimensions is ~30 MB."""
 
 _T = TypeVar("_T")
 
@@ -106,7 +113,13 @@ class _WaitRetryAfterOrBackoff:
 
 
 class _OpenAICompatibleClient:
-    """What both adapters share: configuration, one retried JSON POST, error translation, lifecycle."""
+    """What both adapters share: configuration, one retried JSON POST, error translation, lifecycle.
+
+    ``timeout`` bounds each wait (connecting, each read), and ``1.5 * timeout`` each attempt whole, from
+    connecting to the last byte of the reply, so a server that drips its reply cannot keep it going; a call
+    therefore ends within ``1.5 * timeout * max_attempts`` plus the retry waits (each at most
+    ``max_retry_wait``). A reply body past ``max_reply_bytes`` is refused as it arrives.
+    """
 
     def __init__(
         self,
@@ -117,6 +130,7 @@ class _OpenAICompatibleClient:
         timeout: float = 60.0,
         max_attempts: int = 4,
         max_retry_wait: float = 30.0,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
         client: httpx.AsyncClient | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
@@ -124,12 +138,16 @@ class _OpenAICompatibleClient:
             raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
         if timeout <= 0 or max_retry_wait < 0:
             raise ConfigurationError(f"timeout must be > 0 and max_retry_wait >= 0 ({timeout}, {max_retry_wait})")
-        self._base_url = base_url.rstrip("/")
+        if max_reply_bytes < 1:
+            raise ConfigurationError(f"max_reply_bytes must be at least 1, got {max_reply_bytes}")
+        self._endpoint = Endpoint.parse(base_url, api_key=api_key)
         self._model = model
         self._api_key = api_key
         self._timeout = timeout
+        self._deadline = timeout * _ATTEMPT_DEADLINE_FACTOR
         self._max_attempts = max_attempts
         self._max_retry_wait = max_retry_wait
+        self._max_reply_bytes = max_reply_bytes
         self._owns_client = client is None
         self._client = client if client is not None else httpx.AsyncClient(verify=_default_ssl_context())
         self._sleep = sleep
@@ -140,8 +158,8 @@ class _OpenAICompatibleClient:
         return self._model
 
     def __repr__(self) -> str:
-        # The api key stays out on purpose: reprs end up in logs and tracebacks.
-        return f"{type(self).__name__}(base_url={self._base_url!r}, model={self._model!r})"
+        # The api key and the URL's own secrets stay out on purpose: reprs end up in logs and tracebacks.
+        return f"{type(self).__name__}(base_url={self._endpoint.show('')!r}, model={self._model!r})"
 
     async def aclose(self) -> None:
         """Close the HTTP client if this adapter created it (a client passed in belongs to the caller)."""
@@ -160,8 +178,8 @@ class _OpenAICompatibleClient:
         await self.aclose()
 
     async def _post_json(self, path: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], float, str]:
-        """POST ``body`` to ``path`` with retries; the reply's JSON object, the last attempt's ms, the URL."""
-        url = f"{self._base_url}{path}"
+        """POST ``body`` to ``path`` with retries; the reply's JSON object, the last attempt's ms, and the URL as
+        messages show it."""
         retrying = AsyncRetrying(
             sleep=self._sleep,
             stop=stop_after_attempt(self._max_attempts),
@@ -172,41 +190,83 @@ class _OpenAICompatibleClient:
         )
         async for attempt in retrying:
             with attempt:
-                data, latency_ms = await self._post_once(url, body)
-                return data, latency_ms, url
+                data, latency_ms = await self._post_once(path, body)
+                return data, latency_ms, self._endpoint.show(path)
         raise AssertionError("tenacity ends with a result or reraises")  # pragma: no cover
 
-    async def _post_once(self, url: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], float]:
+    async def _post_once(self, path: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], float]:
+        url, shown = f"{self._endpoint.base}{path}", self._endpoint.show(path)
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        auth = self._endpoint.auth or httpx.USE_CLIENT_DEFAULT
         started = time.perf_counter()
+        replied: list[httpx.Response] = []  # the response once its headers are in: a deadline then cut its body
         try:
-            response = await self._client.post(url, json=body, headers=headers, timeout=self._timeout)
+            async with (
+                asyncio.timeout(self._deadline),
+                self._client.stream(
+                    "POST", url, json=body, headers=headers, params=self._endpoint.params, auth=auth,
+                    timeout=self._timeout,
+                ) as response,
+            ):  # fmt: skip
+                replied.append(response)
+                content = await self._read_body(shown, response)
         except httpx.TimeoutException as exc:
             raise self._error(
-                ModelUnavailableError, url, f"no reply within {self._timeout:g} s ({type(exc).__name__})"
+                ModelUnavailableError, shown, f"no reply within {self._timeout:g} s ({type(exc).__name__})"
             ) from exc
+        except TimeoutError as exc:
+            reason = (
+                f"the reply did not finish within {self._deadline:g} s (it was still arriving: the server sends "
+                "too slowly)"
+                if replied
+                else f"no reply within {self._deadline:g} s"
+            )
+            raise self._error(ModelUnavailableError, shown, reason) from exc
         except httpx.TransportError as exc:
             raise self._error(
-                ModelUnavailableError, url, f"cannot reach the server ({type(exc).__name__}: {exc})"
+                ModelUnavailableError, shown, f"cannot reach the server ({type(exc).__name__}: {exc})"
             ) from exc
         except httpx.HTTPError as exc:
-            raise self._error(BadResponseError, url, f"unreadable reply ({type(exc).__name__}: {exc})") from exc
+            raise self._error(BadResponseError, shown, f"unreadable reply ({type(exc).__name__}: {exc})") from exc
         latency_ms = (time.perf_counter() - started) * 1000.0
+        text = content.decode(response.charset_encoding or "utf-8", errors="replace")
         try:
             response.raise_for_status()
         except httpx.HTTPStatusError as exc:
-            raise self._status_error(url, response) from exc
+            raise self._status_error(shown, response, text) from exc
         try:
-            data = response.json()
-        except ValueError as exc:
-            raise self._error(BadResponseError, url, f"reply is not JSON: {_quote_body(response.text)}") from exc
+            data = json.loads(content)
+        except (ValueError, RecursionError) as exc:  # json recurses once per nesting level
+            raise self._error(BadResponseError, shown, f"reply is not JSON: {self._quote(text)}") from exc
         if not isinstance(data, dict):
-            raise self._error(BadResponseError, url, f"reply is JSON but not an object: {type(data).__name__}")
+            raise self._error(BadResponseError, shown, f"reply is JSON but not an object: {type(data).__name__}")
         return data, latency_ms
 
-    def _status_error(self, url: str, response: httpx.Response) -> ModelError:
+    async def _read_body(self, shown: str, response: httpx.Response) -> bytearray:
+        """The body, read no further than the cap: ``max_reply_bytes`` for a reply, ``_MAX_ERROR_BODY`` for any
+        other status (whose body is only quoted, so the rest is left unread)."""
+        quoted_only = not response.is_success
+        cap = _MAX_ERROR_BODY if quoted_only else self._max_reply_bytes
+        declared = response.headers.get("Content-Length", "")
+        if not quoted_only and declared.isdigit() and int(declared) > cap:
+            raise self._too_large(shown, int(declared))
+        content = bytearray()
+        async for chunk in response.aiter_bytes():
+            content += chunk
+            if len(content) > cap:
+                if quoted_only:
+                    return content[:cap]
+                raise self._too_large(shown)
+        return content
+
+    def _too_large(self, shown: str, declared: int | None = None) -> BadResponseError:
+        size = f"of {declared:,} bytes " if declared is not None else ""
+        reason = f"reply {size}is larger than the cap of {self._max_reply_bytes:,} bytes (max_reply_bytes)"
+        return BadResponseError(reason, endpoint=shown)
+
+    def _status_error(self, url: str, response: httpx.Response, text: str) -> ModelError:
         status = response.status_code
-        said = f"server said: {_quote_error_body(response)}"
+        said = f"server said: {self._quote(_error_message(text))}"
         if status == 429:
             retry_after = _parse_retry_after(response.headers.get("Retry-After"))
             return RateLimitedError(self._redact(f"rate limited; {said}"), endpoint=url, retry_after=retry_after)
@@ -218,10 +278,17 @@ class _OpenAICompatibleClient:
         return kind(self._redact(reason), endpoint=url, status=status)
 
     def _redact(self, text: str) -> str:
-        # Servers and proxies sometimes echo request headers into error bodies; the key must not travel on.
-        if self._api_key:
-            return text.replace(self._api_key, "***")
-        return text
+        # Servers and proxies sometimes echo request headers or the URL into error bodies; the api key and the
+        # URL's secrets must not travel on, whole or in part.
+        return self._endpoint.redact(text)
+
+    def _quote(self, text: str) -> str:
+        """The start of a reply body for an error message, redacted before it is cut (a cut first could leave
+        half a key); withheld for a do-not-record call, since a server may quote the request back (error
+        messages end up in traces, logs and result files)."""
+        if current_call_options().do_not_record:
+            return f"({len(text)} characters, not quoted: the call is not to be recorded)"
+        return repr(self._redact(text)[:_MAX_QUOTED_BODY])
 
     def _log_retry(self, state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome is not None else None
@@ -229,27 +296,18 @@ class _OpenAICompatibleClient:
         _log.debug("attempt %d failed (%s); retrying in %.2f s", state.attempt_number, error, wait)
 
 
-def _quote_body(text: str) -> str:
-    """The start of a reply body for an error message; withheld for a do-not-record call, since a server may
-    quote the request back (error messages end up in traces, logs and result files)."""
-    if current_call_options().do_not_record:
-        return f"({len(text)} characters, not quoted: the call is not to be recorded)"
-    return repr(text[:_MAX_QUOTED_BODY])
-
-
-def _quote_error_body(response: httpx.Response) -> str:
-    """The server's own error message when it sent the OpenAI error shape, else the start of the body."""
-    text = response.text
+def _error_message(text: str) -> str:
+    """The server's own error message when it sent the OpenAI error shape, else the whole body."""
     try:
         data = json.loads(text)
-    except ValueError:
-        data = None
+    except (ValueError, RecursionError):
+        return text
     if isinstance(data, dict):
         error = data.get("error")
         message = error.get("message") if isinstance(error, dict) else error
         if isinstance(message, str):
-            text = message
-    return _quote_body(text)
+            return message
+    return text
 
 
 class _ReplyReader:

@@ -4,10 +4,10 @@ Retry-After, no exception escapes the batch, and no error text is remembered as 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,9 @@ class Outage:
 OUTAGES = [
     Outage("refuse", True, "cannot reach the server"),
     Outage("hang", False, "no reply within 0.3 s"),
+    # a byte every 0.1 s: httpx's read timeout (0.3 s) never fires; the attempt's deadline (1.5 x 0.3 s) does
+    Outage("drip", False, "the reply did not finish within 0.45 s"),
+    Outage("huge", False, "is larger than the cap of 33,554,432 bytes"),
     Outage("429", True, "rate limited"),
     Outage("500", True, "server error"),
     Outage("503", True, "server error"),
@@ -72,15 +75,22 @@ async def run_batch(
     counter: AttemptCounter | None = None,
     max_retry_wait: float = 0.05,
     cache: InProcessRequestCache | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> tuple[Resolver, LanceDBMemory, Any]:
     """Resolve TICKETS tickets against ``server`` through the real adapter, with LanceDB memory (and ``cache`` as
     the request cache), under ``root``. Retry waits are capped at ``max_retry_wait`` seconds (Retry-After
-    included) to keep the tests short."""
+    included) to keep the tests short; the adapter waits them out with ``sleep``."""
     hooks = {"request": [counter]} if counter is not None else {}
     async with (
         httpx.AsyncClient(event_hooks=hooks) as client,
         OpenAICompatibleChatModel(
-            server.base_url, "m", timeout=0.3, max_attempts=ATTEMPTS, max_retry_wait=max_retry_wait, client=client
+            server.base_url,
+            "m",
+            timeout=0.3,
+            max_attempts=ATTEMPTS,
+            max_retry_wait=max_retry_wait,
+            client=client,
+            sleep=sleep,
         ) as chat,
     ):
         memory = LanceDBMemory(root / "memory", HashEmbeddingModel())
@@ -102,7 +112,7 @@ async def test_a_model_outage_leaves_one_trace_per_ticket_with_its_reason_and_bo
 ) -> None:
     attempts_per_call = ATTEMPTS if outage.retried else 1
     calls = TICKETS * 2 * attempts_per_call  # the judge at the root, then full generation: both fail
-    with ScriptedOpenAIServer(hang_seconds=2.0) as server:
+    with ScriptedOpenAIServer(hang_seconds=2.0, drip_seconds=0.1) as server:
         if outage.kind == "refuse":
             server.enqueue_failure("refuse")  # the server stops listening for good
         else:
@@ -111,6 +121,9 @@ async def test_a_model_outage_leaves_one_trace_per_ticket_with_its_reason_and_bo
         counter, cache = AttemptCounter(), InProcessRequestCache()
         resolver, memory, report = await run_batch(server, tmp_path, counter=counter, cache=cache)
         assert server.pending == 0
+        # the server was still sending when the client gave up, every time (checked before closing ends a drip)
+        assert all(reply.done.wait(10) and reply.client_hung_up for reply in server.streamed)
+        assert len(server.streamed) == (calls if outage.kind in ("drip", "huge") else 0)
 
     assert (report.resolved, report.failed) == (TICKETS, [])  # nothing escaped: each failure is in its trace
     assert counter.count == calls  # bounded: exactly max_attempts per retried call, one per other call
@@ -181,34 +194,42 @@ async def test_a_bad_reply_on_every_request_is_traced_and_never_remembered(kind:
 
 async def test_retry_after_is_waited_out_before_the_request_is_sent_again(tmp_path: Path) -> None:
     """One 429 saying "Retry-After: 1", then a healthy server: that request comes again no sooner than a second
-    later (the other tickets go on meanwhile), and every ticket gets its answer."""
-    arrivals: list[tuple[float, str]] = []
-
-    def responder(body: Mapping[str, Any]) -> ScriptedReply:
-        arrivals.append((time.monotonic(), json.dumps(body, sort_keys=True)))
-        return HEALTHY(body)
-
-    with ScriptedOpenAIServer(responder=responder) as server:
+    later, the server serves the other tickets' requests meanwhile, and every ticket gets its answer."""
+    with ScriptedOpenAIServer(responder=HEALTHY) as server:
         server.enqueue_failure("429", retry_after=1)
-        started = time.monotonic()
         resolver, _, _ = await run_batch(server, tmp_path, max_retry_wait=30.0)
-        assert len(server.requests) == TICKETS * 2 + 1  # two judgments per ticket, and the one refused request
-        limited = json.dumps(server.requests[0].body, sort_keys=True)
+        received = list(server.requests)
+    assert len(received) == TICKETS * 2 + 1  # two judgments per ticket, and the one refused request
 
-    retried_at = [at for at, body in arrivals if body == limited]
-    assert len(retried_at) == 1 and retried_at[0] - started >= 1.0
+    limited = received[0]
+    (retried,) = [request for request in received[1:] if request.body == limited.body]
+    assert retried.received_at - limited.received_at >= 1.0  # measured at the server
+    served_meanwhile = [r for r in received if limited.received_at < r.received_at < retried.received_at]
+    assert served_meanwhile and all(r.body != limited.body for r in served_meanwhile)  # the others went on
     traces = check_one_trace_per_ticket(resolver.store, "support", make_tickets(TICKETS))
     assert set(traces["output"]) == {REFUND} and traces["failure"].null_count() == TICKETS
 
 
 @pytest.mark.parametrize("kind", ["500", "503", "refuse"])
 async def test_a_transient_fault_is_retried_and_the_batch_answers_normally(kind: FailureKind, tmp_path: Path) -> None:
+    """One 500 or 503, or a server that refuses connections until the client's first retry wait (a restart):
+    each refused or failed attempt is retried once, counted on the client side, and every ticket is answered."""
+    waits: list[float] = []
     with ScriptedOpenAIServer(responder=HEALTHY) as server:
-        if kind != "refuse":
-            server.enqueue_failure(kind)
+
+        async def back_while_waiting(seconds: float) -> None:
+            waits.append(seconds)
+            server.resume_listening()  # the server is back before the refused attempt is sent again
+            await asyncio.sleep(seconds)
+
+        server.enqueue_failure(kind)  # "refuse": the server stops listening now
         counter = AttemptCounter()
-        resolver, _, _ = await run_batch(server, tmp_path, counter=counter)
-    assert counter.count == TICKETS * 2 + (kind != "refuse")
+        resolver, _, _ = await run_batch(server, tmp_path, counter=counter, sleep=back_while_waiting)
+        served = len(server.requests)
+    assert served == TICKETS * 2 + (kind != "refuse")  # a refused attempt never reached the server
+    assert waits and counter.count == TICKETS * 2 + len(waits)  # each failed attempt was tried again, once
+    if kind != "refuse":
+        assert len(waits) == 1
     traces = check_one_trace_per_ticket(resolver.store, "support", make_tickets(TICKETS))
     assert set(traces["mode"]) == {"habit/answer"} and set(traces["output"]) == {REFUND}
 
