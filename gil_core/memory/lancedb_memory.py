@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
@@ -40,9 +41,12 @@ if TYPE_CHECKING:
     from lancedb import AsyncConnection
     from lancedb.table import AsyncTable
 
-__all__ = ["LanceDBMemory"]
+__all__ = ["DEFAULT_REFRESH_INTERVAL", "LanceDBMemory", "MemoryStats"]
 
 _EMBED_BATCH = 128  # texts per embedding request when rebuilding; endpoints cap the batch size
+_COLUMNS = ["key", "text", "answer", "vector", "created_at"]
+DEFAULT_REFRESH_INTERVAL = 0.5  # seconds: how stale another process's writes can be for a call
+MAX_REFRESH_INTERVAL = 1.0
 _Vectors = NDArray[np.float32]
 
 
@@ -56,6 +60,60 @@ def _sql_string(value: str) -> str:
 
 def _now_us() -> int:
     return time.time_ns() // 1000
+
+
+class MemoryStats:
+    """What an instance has done against the table, counted (tests and benchmarks read it)."""
+
+    def __init__(self) -> None:
+        self.version_checks = 0  # table versions read
+        self.catch_ups = 0  # tasks brought in step with another writer's commits
+        self.loads = 0  # tasks read whole from the table
+
+
+class _ProcessWrites:
+    """How many writes the instances of this process have made to one table: an instance that sees the count
+    move looks at the table on its next call, so writes within a process are seen at once."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def bump(self) -> None:
+        with self._lock:
+            self.count += 1
+
+
+_WRITES: dict[tuple[str, str], _ProcessWrites] = {}
+_WRITES_LOCK = threading.Lock()
+
+
+def _process_writes(path: str | Path, table: str) -> _ProcessWrites:
+    key = (str(Path(path).resolve()) if isinstance(path, Path) else path, table)
+    with _WRITES_LOCK:
+        writes = _WRITES.get(key)
+        if writes is None:
+            writes = _WRITES[key] = _ProcessWrites()
+        return writes
+
+
+def _earliest_first(data: Any) -> Any:
+    return data.sort_by([("created_at", "ascending"), ("key", "ascending"), ("_rowaddr", "ascending")])
+
+
+def _columns_of(data: Any) -> tuple[list[MemoryEntry], _Vectors, NDArray[np.int64], NDArray[np.int64]]:
+    """The entries of rows read with ``_COLUMNS`` and ``_rowaddr``, their vectors, ``created_at`` and addresses."""
+    import pyarrow as pa
+
+    keys, texts, answers = (data.column(name).to_pylist() for name in ("key", "text", "answer"))
+    entries = [MemoryEntry(key=k, text=t, answer=a) for k, t, a in zip(keys, texts, answers, strict=True)]
+    if not entries:
+        return entries, np.zeros((0, 0), dtype=np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    flat = data.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    vectors = np.asarray(flat, dtype=np.float32).reshape(len(entries), -1)
+    created = data.column("created_at").cast(pa.int64()).to_numpy()
+    addresses = data.column("_rowaddr").cast(pa.int64()).to_numpy()
+    return entries, vectors, np.asarray(created, np.int64), np.asarray(addresses, np.int64)
 
 
 class _QueryVectors:
@@ -86,6 +144,12 @@ class LanceDBMemory:
     a process that reopens the table computes the same bits. Insertion order is ``created_at`` (microseconds,
     strictly increasing per task within a process); ties in similarity go to the earliest. One instance is meant
     for one event loop at a time.
+
+    Freshness: this instance's own writes are visible to its next call, and so are those of every other instance
+    in the process on the same table. Another process's writes (new entries and forgotten ones alike) are seen by
+    every call that starts more than ``refresh_interval`` seconds (default 0.5, at most 1) after they committed:
+    the table's version is checked at most that often, and a changed version brings in only what changed for
+    the tasks held. ``clock`` (monotonic seconds) is for tests.
     """
 
     def __init__(
@@ -96,7 +160,11 @@ class LanceDBMemory:
         table: str = "memory",
         query_cache_size: int = 256,
         s3: S3Settings | None = None,
+        refresh_interval: float = DEFAULT_REFRESH_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if not 0.0 <= refresh_interval <= MAX_REFRESH_INTERVAL:
+            raise ValueError(f"refresh_interval must be between 0 and {MAX_REFRESH_INTERVAL} s, got {refresh_interval}")
         os.environ.setdefault("LANCE_LOG", "error")  # LanceDB's Rust warnings would otherwise reach stderr
         self._path = location(path)
         self._s3 = (s3 if s3 is not None else load_s3_settings()) if isinstance(self._path, str) else None
@@ -105,10 +173,16 @@ class LanceDBMemory:
         self._connection: AsyncConnection | None = None
         self._table: AsyncTable | None = None
         self._dimensions: int | None = None
-        self._version: int | None = None  # the table version the in-process matrices reflect
         self._tasks: dict[str, TaskVectors] = {}
         self._query_vectors = _QueryVectors(query_cache_size)
         self._locks: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = WeakKeyDictionary()
+        self._refresh_interval = refresh_interval
+        self._clock = clock
+        self._writes = _process_writes(self._path, table)
+        self._version: int | None = None  # the table version last checked (None: not checked yet)
+        self._checked_at: float | None = None  # the clock just before that check
+        self._writes_seen = -1  # this process's write count on the table when it was made
+        self.stats = MemoryStats()
 
     def __repr__(self) -> str:
         return f"LanceDBMemory({str(self._path)!r}, embedder={self._embedder.name!r}, table={self._table_name!r})"
@@ -139,24 +213,26 @@ class LanceDBMemory:
         async with self._lock():
             table = await self._open_table(task, create_dimensions=len(vector))
             self._check_dimensions(task, vector)
-            state = await self._fresh_state(task, table)
+            state = await self._task_state(task, table, force=True)
             created = max(_now_us(), state.last_created_us + 1)
             rows = self._arrow_rows(task, [entry], vector[None, :], [created])
             with self._store_errors(task, "remember an entry"):
                 result = await _merge(table, rows, replace_task=None)
-            self._after_write(result.version, lambda: state.upsert(entry, vector, created))
+            state.upsert(entry, vector, created)
+            self._after_write(result.version)
 
     async def forget(self, task: str, key: str) -> None:
         async with self._lock():
-            table = await self._open_table(task)
+            table = await self._open_table(task, force=True)
             if table is None:
                 return
-            state = await self._fresh_state(task, table)
+            state = await self._task_state(task, table, force=True)
             if key not in state:
                 return  # nothing to delete: no new table version
             with self._store_errors(task, "forget an entry"):
                 result = await table.delete(f"task = {_sql_string(task)} AND key = {_sql_string(key)}")
-            self._after_write(result.version, lambda: state.remove(key))
+            state.remove(key)
+            self._after_write(result.version)
 
     async def rebuild(self, task: str, entries: Iterable[MemoryEntry]) -> None:
         planned = latest_per_key(entries)
@@ -166,10 +242,11 @@ class LanceDBMemory:
                 table = await self._open_table(task, create_dimensions=vectors.shape[1])
                 self._check_dimensions(task, vectors[0])
             else:
-                maybe_table = await self._open_table(task)
+                maybe_table = await self._open_table(task, force=True)
                 if maybe_table is None:
                     return  # no table and nothing to hold
                 table = maybe_table
+            await self._sync(task, table, force=True)
             first = _now_us()
             created = [first + offset for offset in range(len(planned))]
             rows = self._arrow_rows(task, planned, vectors, created)
@@ -177,14 +254,8 @@ class LanceDBMemory:
                 # One transaction: upsert the new entries and delete the task's others, or change nothing.
                 result = await _merge(table, rows, replace_task=task)
             dimensions = self._dimensions or vectors.shape[1]
-            state = TaskVectors.from_rows(
-                planned, vectors, dimensions=dimensions, last_created_us=created[-1] if created else 0
-            )
-
-            def install() -> None:
-                self._tasks[task] = state
-
-            self._after_write(result.version, install)
+            self._tasks[task] = TaskVectors.from_rows(planned, vectors, dimensions=dimensions, created=created)
+            self._after_write(result.version)
 
     async def entries(self, task: str) -> list[MemoryEntry]:
         state = await self._state(task)
@@ -201,64 +272,116 @@ class LanceDBMemory:
         return lock
 
     async def _state(self, task: str) -> TaskVectors | None:
-        """``task``'s entries as of the table's latest version; None while there is no table."""
+        """``task``'s entries, current within the refresh bound; None while there is no table."""
         async with self._lock():
             table = await self._open_table(task)
-            return None if table is None else await self._fresh_state(task, table)
+            return None if table is None else await self._task_state(task, table)
 
-    async def _fresh_state(self, task: str, table: AsyncTable) -> TaskVectors:
-        with self._store_errors(task, "read the table version"):
-            version = await table.version()
-        if version != self._version:
-            self._tasks.clear()
-            self._version = version
+    async def _task_state(self, task: str, table: AsyncTable, *, force: bool = False) -> TaskVectors:
+        await self._sync(task, table, force=force)
         state = self._tasks.get(task)
         if state is None:
             state = self._tasks[task] = await self._load(task, table)
         return state
 
-    def _after_write(self, version: int, apply: Callable[[], object]) -> None:
-        """Bring the in-process state to ``version`` after our own write, or drop it if another writer
-        committed in between (then it reloads on next use)."""
-        if self._version is not None and version == self._version + 1:
-            apply()
+    def _due(self, force: bool) -> bool:
+        """Whether to look for other writers now: forced (a write is coming), another instance in this process
+        wrote, or the last look is ``refresh_interval`` old."""
+        if force or self._checked_at is None or self._writes.count != self._writes_seen:
+            return True
+        return self._clock() - self._checked_at >= self._refresh_interval
+
+    async def _sync(self, task: str, table: AsyncTable, *, force: bool = False) -> None:
+        """Bring the tasks held up to the table's latest version, if it is time to look (``task``: the one being
+        served, named by errors)."""
+        if not self._due(force):
+            return
+        started, writes = self._clock(), self._writes.count
+        with self._store_errors(task, "read the table version"):
+            version = await table.version()
+        self.stats.version_checks += 1
+        if version != self._version:
+            for task in list(self._tasks):
+                await self._catch_up(task, table)
             self._version = version
-        else:
-            self._tasks.clear()
-            self._version = None
+        # Every commit before ``started`` is in ``version``: a later call sees it, or looks again.
+        self._checked_at, self._writes_seen = started, writes
 
-    async def _load(self, task: str, table: AsyncTable) -> TaskVectors:
-        import pyarrow as pa
-
-        dimensions = self._dimensions or 0
-        with self._store_errors(task, "load its entries"):
+    async def _catch_up(self, task: str, table: AsyncTable) -> None:
+        """Bring ``task``'s entries in step with the table: the rows written since it was read (their addresses
+        are above its watermark), then — when the count says rows went — the deletions."""
+        state = self._tasks[task]
+        where = f"task = {_sql_string(task)}"
+        with self._store_errors(task, "read its new entries"):
             data = await (
                 table.query()
-                .where(f"task = {_sql_string(task)}")
-                .select(["key", "text", "answer", "vector", "created_at"])
+                .where(f"{where} AND _rowaddr >= {state.watermark + 1}")
+                .select([*_COLUMNS, "_rowaddr"])
                 .to_arrow()
             )
-        data = data.sort_by([("created_at", "ascending"), ("key", "ascending")])
-        keys, texts, answers = (data.column(name).to_pylist() for name in ("key", "text", "answer"))
-        entries = [MemoryEntry(key=k, text=t, answer=a) for k, t, a in zip(keys, texts, answers, strict=True)]
-        if not entries:
+            count = await table.count_rows(where)
+        self.stats.catch_ups += 1
+        if data.num_rows > max(1024, len(state)):
+            self._tasks[task] = await self._load(task, table)  # rewritten wholesale: read it again
+            return
+        entries, vectors, created, addresses = _columns_of(_earliest_first(data))
+        for position, entry in enumerate(entries):
+            state.learn(entry, vectors[position], int(created[position]), int(addresses[position]))
+        if count == len(state):
+            return
+        with self._store_errors(task, "read which entries it holds"):
+            held = await table.query().where(where).select(["_rowaddr"]).to_arrow()
+        present = set(held.column("_rowaddr").to_pylist())
+        for address, key in state.addresses().items():
+            if address not in present:
+                state.remove(key)
+        if count != len(state):  # a write landed between the reads: read the task again
+            self._tasks[task] = await self._load(task, table)
+
+    def _after_write(self, version: int) -> None:
+        """Our own write is in the state already; the other instances of this process look again on their next
+        call. If another writer committed just before ours, we look again too (on the next call)."""
+        self._writes.bump()
+        if self._version is not None and version == self._version + 1:
+            self._version = version
+            self._writes_seen = self._writes.count
+        else:
+            self._checked_at = None
+
+    async def _load(self, task: str, table: AsyncTable) -> TaskVectors:
+        dimensions = self._dimensions or 0
+        with self._store_errors(task, "load its entries"):
+            data = await table.query().where(f"task = {_sql_string(task)}").select([*_COLUMNS, "_rowaddr"]).to_arrow()
+        self.stats.loads += 1
+        if not data.num_rows:
             return TaskVectors(dimensions)
-        vectors = data.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-        created = data.column("created_at").cast(pa.int64()).to_pylist()
-        return TaskVectors.from_rows(entries, vectors, dimensions=dimensions, last_created_us=max(created))
+        # A key twice (concurrent writers) keeps its latest row.
+        entries, vectors, created, addresses = _columns_of(_earliest_first(data))
+        latest = {entry.key: position for position, entry in enumerate(entries)}
+        if len(latest) < len(entries):
+            keep = sorted(latest.values())
+            entries = [entries[position] for position in keep]
+            vectors, created, addresses = vectors[keep], created[keep], addresses[keep]
+        return TaskVectors.from_rows(entries, vectors, dimensions=dimensions, created=created, addresses=addresses)
 
     # -- LanceDB -------------------------------------------------------------------------------------------
 
     @overload
-    async def _open_table(self, task: str) -> AsyncTable | None: ...
+    async def _open_table(self, task: str, *, force: bool = False) -> AsyncTable | None: ...
 
     @overload
     async def _open_table(self, task: str, *, create_dimensions: int) -> AsyncTable: ...
 
-    async def _open_table(self, task: str, *, create_dimensions: int | None = None) -> AsyncTable | None:
-        """The table, opened once; created when missing and ``create_dimensions`` is given, else None."""
+    async def _open_table(
+        self, task: str, *, create_dimensions: int | None = None, force: bool = False
+    ) -> AsyncTable | None:
+        """The table, opened once; created when missing and ``create_dimensions`` is given, else None. A missing
+        table is looked for again on the same schedule as other writers' commits (``force``: now)."""
         if self._table is not None:
             return self._table
+        if create_dimensions is None and not self._due(force):
+            return None
+        started, writes = self._clock(), self._writes.count
         import lancedb
         import pyarrow as pa
 
@@ -273,6 +396,7 @@ class LanceDBMemory:
             if await _has_table(self._connection, self._table_name):
                 table = await self._connection.open_table(self._table_name)
             elif create_dimensions is None:
+                self._checked_at, self._writes_seen = started, writes
                 return None
             else:
                 schema = pa.schema(

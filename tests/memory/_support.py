@@ -17,6 +17,16 @@ from gil_core.testing import HashEmbeddingModel
 ADAPTERS = ("lancedb", "lexical")
 
 
+class FakeClock:
+    """Monotonic seconds that move only when a test moves them."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class ListSink:
     """A call sink that keeps the records in a list."""
 

@@ -12,16 +12,9 @@ from gil_core.errors import ConfigurationError, MemoryUnavailableError
 from gil_core.llm import OpenAICompatibleEmbeddingModel
 from gil_core.memory import CallableEmbeddingModel, CircuitBreakingMemory, LanceDBMemory
 from gil_core.testing import HashEmbeddingModel, ScriptedOpenAIServer
+from tests.memory._support import FakeClock
 
 TASK = "support"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class FlakyEmbedder:
