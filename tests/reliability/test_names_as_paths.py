@@ -125,3 +125,19 @@ def test_a_side_folder_of_the_store_refuses_a_part_that_is_no_plain_name(
         location = tmp_path / "store"
     with pytest.raises(TelemetryError, match="not a side folder of the store"):
         TelemetryStore(location).side_folder("learned", part)
+
+
+def test_a_review_rounds_artifact_key_is_one_prefect_accepts_whatever_the_task_name() -> None:
+    """Prefect refuses an artifact key with anything but lower-case letters, digits and dashes: a round's key is
+    the task name where it is one already, else escaped, and no two names share a key."""
+    from prefect.types.names import raise_on_name_alphanumeric_dashes_only
+
+    from flows.review import artifact_key
+    from gil_core.habits.review_log import ReviewKind
+    from gil_core.reviews import ReviewList
+
+    names = [*PATH_NAMES, "support", "Support", "support_tickets", "support tickets", "é"]
+    keys = {artifact_key(ReviewList(ReviewKind.PROMOTION, name, [])) for name in names}
+    assert len(keys) == len(names) and "support-promotion" in keys
+    for key in keys:
+        raise_on_name_alphanumeric_dashes_only(key, "key")
