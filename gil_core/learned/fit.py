@@ -21,7 +21,8 @@
   turn (the model refit without its rows and prior) and its requests are scored as that refit judges them. The
   root's confidence cut and novelty cuts rise as little as keeps at most ``unseen`` of such requests served,
   each category weighted alike, keeping as many logged in-scope predictions as possible.
-* **Rules**, from the logged predictions (made before their verdicts), latest ``window`` per node, a node's own
+* **Rules**, from the logged predictions (made before their verdicts) of models of the node's current generation
+  (fitted on at least half its current confirmed rows), latest ``window`` per node, a node's own
   while it has ``min_support`` of them, else its layer's (leaves and inner nodes pooled apart, since their
   thresholds differ), else the whole tree's (one model judges every node); the same for the predictions the LLM
   also judged. The novelty check is not applied to
@@ -191,7 +192,7 @@ def fit_state(
         judged = _with_rule(
             model,
             novelty_cuts=cuts[node_id],
-            logged=_evidence(node_id, log.logged, layers, policy),
+            logged=_evidence(node_id, log.logged, layers, fitted, policy),
             threshold=threshold(tree.node(node_id), model.layer),
             target=target,
             policy=policy,
@@ -432,25 +433,33 @@ def _evidence(
     node_id: str,
     logged: Sequence[Logged],
     groups: Mapping[str, tuple[int, bool]],
+    models: Mapping[str, NodeModel],
     policy: LearnedPolicy,
 ) -> _Evidence:
-    def latest(items: list[Logged], keep: Callable[[Logged], bool]) -> tuple[list[Logged], str]:
-        own = [item for item in items if item.node_id == node_id and keep(item)][-policy.window :]
-        if len(own) >= policy.min_support or policy.pooling == "node":
-            return own, "node"
+    def latest(items: list[Logged], *, last: bool = False) -> tuple[list[Logged], str] | None:
+        """The node's own, else its layer's, else the tree's: the first that has ``min_support`` (the tree's
+        however few when ``last``)."""
         per_node: dict[str, list[Logged]] = defaultdict(list)
         for item in items:
-            if keep(item):
-                per_node[item.node_id].append(item)
-        pooled = [
+            per_node[item.node_id].append(item)
+        own = per_node.get(node_id, [])[-policy.window :]
+        if len(own) >= policy.min_support or policy.pooling == "node":
+            return own, "node"
+        layer = [
             item for n, kept in per_node.items() if groups.get(n) == groups[node_id] for item in kept[-policy.window :]
         ]
-        if len(pooled) >= policy.min_support:
-            return pooled, "layer"
-        return [item for kept in per_node.values() for item in kept[-policy.window :]], "tree"
+        if len(layer) >= policy.min_support:
+            return layer, "layer"
+        tree = [item for kept in per_node.values() for item in kept[-policy.window :]]
+        return (tree, "tree") if len(tree) >= policy.min_support or last else None
 
-    rows, rows_from = latest(list(logged), lambda item: True)
-    pairs, pairs_from = latest(list(logged), lambda item: item.llm_right is not None)
+    # A prediction speaks for a node's model when a model of the same generation made it: one fitted on at least
+    # half as many confirmed rows as the node's now (a leaf first judged from its priors alone says little about
+    # the leaf it became). Only where no pool has enough of those does every prediction count (the first rounds).
+    current = {node: int(model.report.get("rows", 0)) for node, model in models.items()}
+    recent = [item for item in logged if 2 * item.rows >= current.get(item.node_id, 0)]
+    rows, rows_from = latest(recent) or latest(list(logged), last=True) or ([], "tree")
+    pairs, pairs_from = latest([item for item in logged if item.llm_right is not None], last=True) or ([], "tree")
     return _Evidence(rows, rows_from, pairs, pairs_from, [item for item in logged if item.node_id == node_id])
 
 

@@ -112,7 +112,13 @@ class LearnedJudge:
         energy = scope.energy
         if prediction is None or distribution is None:
             return await self._ask_fallback(request, node_id, candidates, scheme, layer, None, energy)
-        note = {"choice": prediction.choice, "p": prediction.confidence, "near": prediction.near, "why": decision}
+        note = {
+            "choice": prediction.choice,
+            "p": prediction.confidence,
+            "near": prediction.near,
+            "why": decision,
+            "n": model.report.get("rows", 0),  # confirmed rows the model had: which generation of it judged
+        }
         if decision != "served":
             return await self._ask_fallback(request, node_id, candidates, scheme, layer, note, energy)
         audit = None

@@ -51,6 +51,7 @@ class Logged:
     confidence: float
     near: float | None
     llm_right: bool | None
+    rows: int = 0  # the confirmed rows of the model that made the prediction (0: unknown)
 
     @property
     def right(self) -> bool:
@@ -182,6 +183,7 @@ def _scored(tree: Tree, path_json: str | None, order: int, option: str | None) -
                 confidence=float(said["p"]),
                 near=said.get("near"),
                 llm_right=_llm_right(judged, truth) if judged is not None else None,
+                rows=int(said.get("n") or 0),
             )
 
 
