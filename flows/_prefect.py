@@ -5,6 +5,7 @@ and the Prefect global concurrency limits that bound calls to each model server 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, Literal, TypeVar
@@ -17,8 +18,20 @@ from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
+from gil_core.reviews import safe_name
+
 F = TypeVar("F", bound=Callable[..., Any])
 RunnerKind = Literal["threads", "dask"]
+
+
+_ARTIFACT_KEY = re.compile(r"[a-z0-9-]{1,64}")  # what Prefect accepts in an artifact key
+
+
+def artifact_key(task_name: str, *kinds: str) -> str:
+    """A task's Prefect artifact key, ``<task>-<kind>…``: a task name Prefect would refuse (capitals, ``_``, ``/``,
+    spaces…) escaped by ``gil_core.reviews.safe_name`` to lower-case letters, digits and dashes."""
+    task = safe_name(task_name, _ARTIFACT_KEY).lower().replace("_", "-")
+    return "-".join((task, *kinds))
 
 
 def gil_task(*, name: str, retries: int = 0, retry_delay_seconds: float = 2.0) -> Callable[[F], F]:

@@ -12,7 +12,7 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.concurrency.asyncio import concurrency as hold_slots
 from prefect.settings import PREFECT_API_URL
 
-from flows._prefect import RunnerKind, batch_task_runner, ensure_endpoint_limits, gil_task
+from flows._prefect import RunnerKind, artifact_key, batch_task_runner, ensure_endpoint_limits, gil_task
 from gil_core.batch import (
     BadInput,
     BatchReport,
@@ -131,7 +131,7 @@ async def apply_feedback_task(task_file: str, verdicts_path: str) -> dict[str, A
 async def publish_stats(task_file: str, window: int = 50) -> str:
     loaded = load_task_file(task_file)
     stats = TelemetryStore(loaded.store).stats(loaded.task.name, window, tree=loaded.task.tree)
-    key = f"{loaded.task.name}-stats".lower().replace("_", "-")
+    key = artifact_key(loaded.task.name, "stats")
     await acreate_table_artifact(stats_table(stats), key=key, description="Requests per mode")
     await acreate_table_artifact(
         decider_table(stats), key=f"{key}-deciders", description="Who settled the requests: share, accuracy, energy"

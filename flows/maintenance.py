@@ -10,7 +10,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 
-from flows._prefect import gil_task
+from flows._prefect import artifact_key, gil_task
 from gil_core.learned import describe_nodes
 from gil_core.maintenance import compact_store, fit_and_store_energy
 from gil_core.reporting import learned_markdown
@@ -35,7 +35,7 @@ async def fit_reflex_task(task_file: str) -> dict[str, Any]:
         return {"task": loaded.task.name, "nodes": []}
     async with open_learner(loaded) as learner:
         state = await learner.refresh(loaded.task, force=True)
-    key = f"{loaded.task.name}-learned-reflex".lower().replace("_", "-")
+    key = artifact_key(loaded.task.name, "learned-reflex")
     await acreate_markdown_artifact(learned_markdown(state), key=key, description="The learned reflex, per node")
     return {"task": state.task, "fitted_on": dict(state.fitted_on), "nodes": describe_nodes(state)}
 

@@ -10,7 +10,6 @@ accepted into a new version of the tree file beside the old one, and records the
 from __future__ import annotations
 
 import difflib
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +19,7 @@ from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
 from pydantic import BaseModel, Field, create_model
 
-from flows._prefect import gil_task
+from flows._prefect import artifact_key, gil_task
 from gil_core.habits.review_log import Decision
 from gil_core.reviews import (
     ItemDecision,
@@ -30,7 +29,6 @@ from gil_core.reviews import (
     differentiation_review,
     promotion_review,
     review_file_name,
-    safe_name,
 )
 from gil_core.runtime import open_runtime
 from gil_core.taskfile import TaskFile, load_task_file
@@ -46,26 +44,21 @@ def local_folder(loaded: TaskFile) -> Path:
     return loaded.store.parent if isinstance(loaded.store, Path) else loaded.path.parent / ".gil"
 
 
-_ARTIFACT_KEY = re.compile(r"[a-z0-9-]{1,64}")  # what Prefect accepts in an artifact key
-
-
 def review_path(task_file: str, kind: str) -> Path:
     """Where a round's list is written: the reviews folder, under a file name no task name can lead out of."""
     loaded = load_task_file(task_file)
     return local_folder(loaded) / "reviews" / review_file_name(loaded.task.name, kind)
 
 
-def artifact_key(review: ReviewList) -> str:
-    """The round's Prefect artifact key: ``<task>-<kind>``, a task name Prefect would refuse (capitals, ``_``,
-    ``/``, spaces…) escaped by ``safe_name`` to lower-case letters, digits and dashes."""
-    task = safe_name(review.task, _ARTIFACT_KEY).lower().replace("_", "-")
-    return f"{task}-{review.kind.value}"
+def review_artifact_key(review: ReviewList) -> str:
+    """The round's Prefect artifact key: ``<task>-<kind>`` (``flows._prefect.artifact_key``)."""
+    return artifact_key(review.task, review.kind.value)
 
 
 @gil_task(name="publish review list")
 async def publish(review: ReviewList, task_file: str) -> str:
     path = review.write(review_path(task_file, review.kind.value))
-    key = artifact_key(review)
+    key = review_artifact_key(review)
     rows = [{k: str(v) for k, v in item.items()} for item in review.items] or [{"items": "nothing to review"}]
     await acreate_table_artifact(rows, key=key, description=f"{review.kind.value} review for {review.task}")
     await acreate_markdown_artifact(
@@ -134,7 +127,7 @@ async def apply_decisions_task(task_file: str, review: ReviewList, decisions: li
         )
         lines += ["", f"New tree file `{applied.tree_file}`; point the task file's `tree` at it to use it:", ""]
         lines += ["```diff", *diff, "```"]
-    await acreate_markdown_artifact("\n".join(lines), key=f"{artifact_key(review)}-decisions")
+    await acreate_markdown_artifact("\n".join(lines), key=f"{review_artifact_key(review)}-decisions")
     return {
         "decisions": {entry.item_id: entry.decision.value for entry in applied.recorded},
         "tree_file": str(applied.tree_file) if applied.tree_file else None,

@@ -39,6 +39,7 @@ __all__ = [
     "ScriptedChatModel",
     "ScriptedOpenAIServer",
     "ScriptedReply",
+    "StreamedReply",
     "write_compat_fixture",
 ]
 

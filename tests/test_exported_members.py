@@ -272,6 +272,7 @@ PUBLIC = {
         "ScriptedChatModel",
         "ScriptedOpenAIServer",
         "ScriptedReply",
+        "StreamedReply",
         "write_compat_fixture",
     ],
 }

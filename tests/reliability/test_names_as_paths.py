@@ -127,17 +127,21 @@ def test_a_side_folder_of_the_store_refuses_a_part_that_is_no_plain_name(
         TelemetryStore(location).side_folder("learned", part)
 
 
-def test_a_review_rounds_artifact_key_is_one_prefect_accepts_whatever_the_task_name() -> None:
-    """Prefect refuses an artifact key with anything but lower-case letters, digits and dashes: a round's key is
-    the task name where it is one already, else escaped, and no two names share a key."""
+def test_every_artifact_key_is_one_prefect_accepts_whatever_the_task_name() -> None:
+    """Prefect refuses an artifact key with anything but lower-case letters, digits and dashes: a task's keys
+    (review rounds, stats, the learned reflex) are the task name where it is one already, else escaped, and no two
+    names share a key."""
     from prefect.types.names import raise_on_name_alphanumeric_dashes_only
 
-    from flows.review import artifact_key
+    from flows._prefect import artifact_key
+    from flows.review import review_artifact_key
     from gil_core.habits.review_log import ReviewKind
     from gil_core.reviews import ReviewList
 
     names = [*PATH_NAMES, "support", "Support", "support_tickets", "support tickets", "é"]
-    keys = {artifact_key(ReviewList(ReviewKind.PROMOTION, name, [])) for name in names}
+    keys = {review_artifact_key(ReviewList(ReviewKind.PROMOTION, name, [])) for name in names}
     assert len(keys) == len(names) and "support-promotion" in keys
-    for key in keys:
+    others = {artifact_key(name, kind) for name in names for kind in ("stats", "learned-reflex")}
+    assert len(others) == 2 * len(names) and "support-stats" in others
+    for key in keys | others:
         raise_on_name_alphanumeric_dashes_only(key, "key")
