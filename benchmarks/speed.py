@@ -72,12 +72,7 @@ FULL = Sizes(
     profiled=100,
     remembered=1000,
     lookup=LookupSizes(
-        (10_000, 100_000, 1_000_000),
-        queries=200,
-        timed_queries=100,
-        slow_queries=30,
-        flat_limit=100_000,
-        index_from=100_000,
+        (10_000, 100_000, 1_000_000), (100_000, 1_000_000), queries=200, timed_queries=100, index_from=100_000
     ),
     append_rows=100_000,
     commits=200,
@@ -88,7 +83,7 @@ QUICK = Sizes(
     batch=60,
     profiled=20,
     remembered=200,
-    lookup=LookupSizes((10_000,), queries=20, timed_queries=20, slow_queries=20, flat_limit=10_000, index_from=10_000),
+    lookup=LookupSizes((10_000,), (10_000,), queries=20, timed_queries=20, index_from=10_000, small_task=200),
     append_rows=10_000,
     commits=20,
     prefix_requests=3,
@@ -231,13 +226,13 @@ _RESOLVE = "`Resolver.resolve` (all of it)"
 _LOOKUP = "memory lookup (`LanceDBMemory.lookup`, hash embedding included)"
 _RECORD = "`TelemetryStore.record_trace` (rows built, typed, queued)"
 _WALK = "tree walk (2 judge calls through `CallRecorder`)"
-_VERSION = "… memory: LanceDB table version check"
+_VERSION = "… memory: LanceDB table version check (at most every 0.5 s, and before each write)"
 _WAITING = "… the event loop waiting (`epoll`: LanceDB's threads)"
 _FLUSH = "group flushes, amortised (`TelemetryStore._flush`)"
 _HOT_SPOTS = (
     ("gil_core/resolver.py", "resolve", _RESOLVE),
     ("gil_core/resolver.py", "_lookup", _LOOKUP),
-    ("gil_core/memory/lancedb_memory.py", "_fresh_state", _VERSION),
+    ("gil_core/memory/lancedb_memory.py", "_sync", _VERSION),
     ("~", "<method 'poll' of 'select.epoll' objects>", _WAITING),
     ("gil_core/resolver.py", "_walk", _WALK),
     ("gil_core/telemetry/store.py", "record_trace", _RECORD),

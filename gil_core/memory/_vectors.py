@@ -101,6 +101,7 @@ class TaskVectors:
         self.dimensions = dimensions
         self.last_created_us = 0
         self.watermark = -1  # the highest store address among the rows ever held (rows above it are new)
+        self.index_requested = False  # whether a vector index was asked for on behalf of this task
         self._margin = approximation_margin(dimensions)
         self._rows: _Matrix32 = np.zeros((8, dimensions), dtype=np.float32)
         self._lengths: NDArray[np.float64] = np.zeros(8)  # exact squared lengths (float64) of the rows

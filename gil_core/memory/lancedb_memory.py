@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 
 from gil_core.errors import GilError, MemoryUnavailableError
 from gil_core.llm.ports import EmbeddingModel
+from gil_core.memory._index import IndexBuilder, IndexedTask, IndexSettings, has_vector_index, index_builder
 from gil_core.memory._rules import check_k, check_threshold, latest_per_key
 from gil_core.memory._vectors import TaskVectors
 from gil_core.memory.ports import MemoryEntry, Recall
@@ -41,10 +42,11 @@ if TYPE_CHECKING:
     from lancedb import AsyncConnection
     from lancedb.table import AsyncTable
 
-__all__ = ["DEFAULT_REFRESH_INTERVAL", "LanceDBMemory", "MemoryStats"]
+__all__ = ["DEFAULT_REFRESH_INTERVAL", "IndexSettings", "LanceDBMemory", "MemoryStats"]
 
 _EMBED_BATCH = 128  # texts per embedding request when rebuilding; endpoints cap the batch size
 _COLUMNS = ["key", "text", "answer", "vector", "created_at"]
+_OPTIMISE_EVERY = 1000  # writes to an indexed task between checks of how many rows its index misses
 DEFAULT_REFRESH_INTERVAL = 0.5  # seconds: how stale another process's writes can be for a call
 MAX_REFRESH_INTERVAL = 1.0
 _Vectors = NDArray[np.float32]
@@ -69,6 +71,7 @@ class MemoryStats:
         self.version_checks = 0  # table versions read
         self.catch_ups = 0  # tasks brought in step with another writer's commits
         self.loads = 0  # tasks read whole from the table
+        self.index_lookups = 0  # lookups answered from the vector index
 
 
 class _ProcessWrites:
@@ -150,6 +153,11 @@ class LanceDBMemory:
     every call that starts more than ``refresh_interval`` seconds (default 0.5, at most 1) after they committed:
     the table's version is checked at most that often, and a changed version brings in only what changed for
     the tasks held. ``clock`` (monotonic seconds) is for tests.
+
+    Large tasks: a task holding at least ``index.threshold`` entries is answered from LanceDB's vector index
+    (built in the background the first time, stored with the table), its candidates rescored exactly
+    (``gil_core.memory._index``); such lookups read the table's latest version. ``index=None`` keeps every task
+    in the process.
     """
 
     def __init__(
@@ -162,6 +170,7 @@ class LanceDBMemory:
         s3: S3Settings | None = None,
         refresh_interval: float = DEFAULT_REFRESH_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
+        index: IndexSettings | None = IndexSettings(),  # noqa: B008 - frozen, shared safely
     ) -> None:
         if not 0.0 <= refresh_interval <= MAX_REFRESH_INTERVAL:
             raise ValueError(f"refresh_interval must be between 0 and {MAX_REFRESH_INTERVAL} s, got {refresh_interval}")
@@ -173,7 +182,7 @@ class LanceDBMemory:
         self._connection: AsyncConnection | None = None
         self._table: AsyncTable | None = None
         self._dimensions: int | None = None
-        self._tasks: dict[str, TaskVectors] = {}
+        self._tasks: dict[str, TaskVectors | IndexedTask] = {}
         self._query_vectors = _QueryVectors(query_cache_size)
         self._locks: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = WeakKeyDictionary()
         self._refresh_interval = refresh_interval
@@ -182,6 +191,9 @@ class LanceDBMemory:
         self._version: int | None = None  # the table version last checked (None: not checked yet)
         self._checked_at: float | None = None  # the clock just before that check
         self._writes_seen = -1  # this process's write count on the table when it was made
+        self._index = index
+        self._builder: IndexBuilder | None = None
+        self._builds_seen = 0  # the builder's finished jobs when this instance last looked at the indexes
         self.stats = MemoryStats()
 
     def __repr__(self) -> str:
@@ -205,7 +217,31 @@ class LanceDBMemory:
             if not state:
                 return []
         self._check_dimensions(task, query)
-        return state.nearest(query, k)
+        if isinstance(state, TaskVectors):
+            return state.nearest(query, k)
+        table = self._table
+        assert table is not None, "an indexed task has a table"
+        with self._store_errors(task, "search its index"):
+            found = await state.nearest(table, f"task = {_sql_string(task)}", query, k)
+            if found is None:  # a query without direction: rank the whole task exactly
+                found = (await self._load(task, table)).nearest(query, k)
+        self.stats.index_lookups += 1
+        return found
+
+    def index_builder(self) -> IndexBuilder:
+        """The background builder of this table's indexes (shared by the process's memories on the table)."""
+        if self._builder is None:
+            self._builder = index_builder(self._path, self._table_name, self._connect, self._index or IndexSettings())
+        return self._builder
+
+    async def build_index(self) -> None:
+        """Build the table's vector index now (as a task past the threshold would in the background), wait for
+        it, and answer the tasks past the threshold from it."""
+        builder = self.index_builder()
+        builder.request("build")
+        await asyncio.to_thread(builder.wait)
+        if builder.failures:
+            raise MemoryUnavailableError(f"the index build failed ({builder.failures[-1]})", task="")
 
     async def remember(self, task: str, key: str, text: str, answer: str) -> None:
         vector = await self._query_vector(task, text)
@@ -218,7 +254,16 @@ class LanceDBMemory:
             rows = self._arrow_rows(task, [entry], vector[None, :], [created])
             with self._store_errors(task, "remember an entry"):
                 result = await _merge(table, rows, replace_task=None)
-            state.upsert(entry, vector, created)
+            if isinstance(state, TaskVectors):
+                state.upsert(entry, vector, created)
+                self._index_if_large(task, state)
+            else:
+                state.count += 1
+                state.last_created_us = created
+                state.writes += 1
+                if state.writes >= _OPTIMISE_EVERY:  # new rows are searched without the index: fold them in
+                    state.writes = 0
+                    self.index_builder().request("optimise")
             self._after_write(result.version)
 
     async def forget(self, task: str, key: str) -> None:
@@ -227,11 +272,12 @@ class LanceDBMemory:
             if table is None:
                 return
             state = await self._task_state(task, table, force=True)
-            if key not in state:
+            if isinstance(state, TaskVectors) and key not in state:
                 return  # nothing to delete: no new table version
             with self._store_errors(task, "forget an entry"):
                 result = await table.delete(f"task = {_sql_string(task)} AND key = {_sql_string(key)}")
-            state.remove(key)
+            if isinstance(state, TaskVectors):
+                state.remove(key)
             self._after_write(result.version)
 
     async def rebuild(self, task: str, entries: Iterable[MemoryEntry]) -> None:
@@ -254,12 +300,19 @@ class LanceDBMemory:
                 # One transaction: upsert the new entries and delete the task's others, or change nothing.
                 result = await _merge(table, rows, replace_task=task)
             dimensions = self._dimensions or vectors.shape[1]
-            self._tasks[task] = TaskVectors.from_rows(planned, vectors, dimensions=dimensions, created=created)
+            state = TaskVectors.from_rows(planned, vectors, dimensions=dimensions, created=created)
+            self._tasks[task] = state
             self._after_write(result.version)
+            self._index_if_large(task, state)
 
     async def entries(self, task: str) -> list[MemoryEntry]:
         state = await self._state(task)
-        return state.entries() if state is not None else []
+        if state is None:
+            return []
+        if isinstance(state, IndexedTask):  # not held here: read it
+            assert self._table is not None, "an indexed task has a table"
+            return (await self._load(task, self._table)).entries()
+        return state.entries()
 
     # -- state ---------------------------------------------------------------------------------------------
 
@@ -271,23 +324,25 @@ class LanceDBMemory:
             lock = self._locks[loop] = asyncio.Lock()
         return lock
 
-    async def _state(self, task: str) -> TaskVectors | None:
+    async def _state(self, task: str) -> TaskVectors | IndexedTask | None:
         """``task``'s entries, current within the refresh bound; None while there is no table."""
         async with self._lock():
             table = await self._open_table(task)
             return None if table is None else await self._task_state(task, table)
 
-    async def _task_state(self, task: str, table: AsyncTable, *, force: bool = False) -> TaskVectors:
+    async def _task_state(self, task: str, table: AsyncTable, *, force: bool = False) -> TaskVectors | IndexedTask:
         await self._sync(task, table, force=force)
         state = self._tasks.get(task)
         if state is None:
-            state = self._tasks[task] = await self._load(task, table)
+            state = self._tasks[task] = await self._open_task(task, table)
         return state
 
     def _due(self, force: bool) -> bool:
         """Whether to look for other writers now: forced (a write is coming), another instance in this process
         wrote, or the last look is ``refresh_interval`` old."""
         if force or self._checked_at is None or self._writes.count != self._writes_seen:
+            return True
+        if self._builder is not None and self._builder.done != self._builds_seen:
             return True
         return self._clock() - self._checked_at >= self._refresh_interval
 
@@ -297,13 +352,19 @@ class LanceDBMemory:
         if not self._due(force):
             return
         started, writes = self._clock(), self._writes.count
+        builds = self._builder.done if self._builder is not None else 0
         with self._store_errors(task, "read the table version"):
             version = await table.version()
         self.stats.version_checks += 1
         if version != self._version:
-            for task in list(self._tasks):
-                await self._catch_up(task, table)
+            for held in list(self._tasks):
+                await self._catch_up(held, table)
             self._version = version
+        if builds != self._builds_seen:  # an index job ended: large tasks held here move to the index
+            self._builds_seen = builds
+            for held, state in list(self._tasks.items()):
+                if isinstance(state, TaskVectors) and self._large(len(state)):
+                    del self._tasks[held]
         # Every commit before ``started`` is in ``version``: a later call sees it, or looks again.
         self._checked_at, self._writes_seen = started, writes
 
@@ -312,6 +373,14 @@ class LanceDBMemory:
         are above its watermark), then — when the count says rows went — the deletions."""
         state = self._tasks[task]
         where = f"task = {_sql_string(task)}"
+        if isinstance(state, IndexedTask):  # searched in the table itself: only its size matters here
+            with self._store_errors(task, "count its entries"):
+                state.count = await table.count_rows(where)
+            if not self._large(state.count):
+                del self._tasks[task]
+            elif state.grown():  # rows the index does not cover yet, written by any process: fold them in
+                self.index_builder().request("optimise")
+            return
         with self._store_errors(task, "read its new entries"):
             data = await (
                 table.query()
@@ -348,6 +417,39 @@ class LanceDBMemory:
         else:
             self._checked_at = None
 
+    def _large(self, count: int) -> bool:
+        return self._index is not None and count >= self._index.threshold
+
+    def _index_if_large(self, task: str, state: TaskVectors) -> None:
+        """Ask for the vector index once a task held here has grown past the threshold."""
+        if self._large(len(state)) and not state.index_requested:
+            state.index_requested = True
+            builder = self.index_builder()
+            if not builder.failures:  # a build that failed is not tried again by this process (the reason is kept)
+                builder.request("build")
+
+    async def _connect(self) -> AsyncConnection:
+        import lancedb
+
+        return await lancedb.connect_async(
+            self._path,
+            read_consistency_interval=timedelta(0),
+            storage_options=self._s3.lancedb_options() if self._s3 is not None else None,
+        )
+
+    async def _open_task(self, task: str, table: AsyncTable) -> TaskVectors | IndexedTask:
+        """``task`` as the table holds it: answered from the vector index when it is large and the index exists
+        (a large task without one asks for it and is held here meanwhile), else held in the process."""
+        if self._index is not None:
+            with self._store_errors(task, "count its entries"):
+                count = await table.count_rows(f"task = {_sql_string(task)}")
+                indexed = self._large(count) and await has_vector_index(table)
+            if indexed:
+                return IndexedTask(count, _now_us(), self._index)
+        state = await self._load(task, table)
+        self._index_if_large(task, state)
+        return state
+
     async def _load(self, task: str, table: AsyncTable) -> TaskVectors:
         dimensions = self._dimensions or 0
         with self._store_errors(task, "load its entries"):
@@ -382,17 +484,12 @@ class LanceDBMemory:
         if create_dimensions is None and not self._due(force):
             return None
         started, writes = self._clock(), self._writes.count
-        import lancedb
         import pyarrow as pa
 
         with self._store_errors(task, "open the table"):
             if self._connection is None:
                 # Read consistency 0: every read sees other processes' commits (the version check relies on it).
-                self._connection = await lancedb.connect_async(
-                    self._path,
-                    read_consistency_interval=timedelta(0),
-                    storage_options=self._s3.lancedb_options() if self._s3 is not None else None,
-                )
+                self._connection = await self._connect()
             if await _has_table(self._connection, self._table_name):
                 table = await self._connection.open_table(self._table_name)
             elif create_dimensions is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from gil_core.telemetry import CallRecord
 from gil_core.testing import HashEmbeddingModel
 
 ADAPTERS = ("lancedb", "lexical")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeClock:
@@ -25,6 +27,26 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class Peer:
+    """Another process with its own memory on each root it is given (``tests.memory._remote``), kept alive."""
+
+    def __init__(self) -> None:
+        command = [sys.executable, "-m", "tests.memory._remote"]
+        self.process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def __call__(self, command: str, root: Path, task: str, *arguments: str) -> Any:
+        stdin, stdout = self.process.stdin, self.process.stdout
+        assert stdin is not None and stdout is not None
+        stdin.write(json.dumps([command, str(root), task, *arguments]) + "\n")
+        stdin.flush()
+        return json.loads(stdout.readline())
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
 
 
 class ListSink:

@@ -4,11 +4,7 @@ the process (nor by another instance in the process) that forgot it."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,38 +12,10 @@ import pytest
 
 from gil_core.memory import LanceDBMemory
 from gil_core.testing import HashEmbeddingModel
-from tests.memory._support import FakeClock
+from tests.memory._support import FakeClock, Peer
 
-ROOT = Path(__file__).resolve().parents[2]
 TASK = "support"
 BOUND = 0.5
-
-
-class Peer:
-    """Another process with its own memory on each root it is given (``tests.memory._remote``), kept alive."""
-
-    def __init__(self) -> None:
-        command = [sys.executable, "-m", "tests.memory._remote"]
-        self.process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-    def __call__(self, command: str, root: Path, task: str, *arguments: str) -> Any:
-        stdin, stdout = self.process.stdin, self.process.stdout
-        assert stdin is not None and stdout is not None
-        stdin.write(json.dumps([command, str(root), task, *arguments]) + "\n")
-        stdin.flush()
-        return json.loads(stdout.readline())
-
-    def close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        self.process.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def peer() -> Iterator[Peer]:
-    process = Peer()
-    yield process
-    process.close()
 
 
 def source_of(recall: Any) -> str | None:
