@@ -28,7 +28,7 @@ from gil_core.habits.counters import reliability_rows, walk_rows
 from gil_core.habits.shadows import Evidence, build_shadow_index
 from gil_core.judge import Candidate, Judge, ReflexJudge, SingleTokenJudge, TieredJudge
 from gil_core.judge.verify import SameRequestVerifier, Verifier
-from gil_core.learned import LearnedJudge, LearnedState, Learner
+from gil_core.learned import LearnedJudge, LearnedState, Learner, served_answer
 from gil_core.llm import CallRecorder, ChatModel, EmbeddingModel, trace_scope
 from gil_core.llm.options import call_options
 from gil_core.llm.trace_vectors import TraceVectorCache
@@ -217,6 +217,9 @@ class Resolver:
         if recall is not None and recall.hit and task.policy.memory_verify is not None:
             recall = await self._verified(task, text, recall)
             memory_outcome = "hit" if recall.hit else "miss"
+        if recall is not None and recall.hit and task.policy.learned is not None:
+            recall = await self._checked_by_learned(task, text, recall)
+            memory_outcome = "hit" if recall.hit else "miss"
         if recall is not None and recall.hit:
             return _Outcome("memory", recall.answer, recall.similarity, recall=recall, memory="hit")
         walk, failure = await self._walk(task, text)
@@ -243,6 +246,24 @@ class Resolver:
             return replace(recall, hit=False, verified=False, error=f"verification failed: {exc}")
         same = verdict.yes and verdict.confidence >= policy.verify_confidence
         return replace(recall, hit=same, verified=same)
+
+    async def _checked_by_learned(self, task: TaskDefinition, text: str, recall: Recall) -> Recall:
+        """A memory hit the learned judge would overrule: where it would serve a whole walk to another answer
+        than the remembered one (requests a word apart, "add milk to the list" and "check milk off the list",
+        look alike to an embedder), the hit is a miss that says why and the walk answers. Costs no model call:
+        the request's vector is the one memory just made."""
+        learner = self._require_learner(task)
+        try:
+            state = await learner.serving_state(task)
+            vector = await learner.request_vector(text)
+        except ModelError:
+            return recall
+        served, option = served_answer(state, task.tree, vector)
+        answer = (recall.answer or "").strip()
+        remembered = None if answer == task.language.none_of_these else self._answer_index(task).option_for(answer)
+        if not served or (remembered is None and answer != task.language.none_of_these) or option == remembered:
+            return recall
+        return replace(recall, hit=False, error=f"learned: the learned judge serves {option or 'none of these'}")
 
     def _memory_evidence(self, task: TaskDefinition) -> MemoryEvidence:
         """The task's per-entry evidence, read off the log once and then kept current by ``feedback``."""

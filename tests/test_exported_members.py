@@ -229,6 +229,7 @@ PUBLIC = {
         "prior_texts",
         "read_learned_log",
         "read_state",
+        "served_answer",
         "stored_state",
         "task_key",
         "verdict_digest",

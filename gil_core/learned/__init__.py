@@ -4,7 +4,7 @@ meets the task's precision or beats the LLM (``gil_core.learned.fit``), kept cur
 The task's ``learned_reflex`` key (``gil_core.tasks.LearnedPolicy``) turns it on."""
 
 from gil_core.learned.fit import SIGNIFICANCE, choose_rule, fit_state, node_rows, prior_texts
-from gil_core.learned.judge import LearnedJudge, LearnedJudgment, audited
+from gil_core.learned.judge import LearnedJudge, LearnedJudgment, audited, served_answer
 from gil_core.learned.learner import LearnedStateWarning, Learner, describe_nodes, stored_state, task_key
 from gil_core.learned.log import Confirmed, LearnedLog, Logged, VerdictDigest, read_learned_log, verdict_digest
 from gil_core.learned.state import LearnedState, NodeModel, Prediction, read_state, write_state
@@ -30,6 +30,7 @@ __all__ = [
     "prior_texts",
     "read_learned_log",
     "read_state",
+    "served_answer",
     "stored_state",
     "task_key",
     "verdict_digest",

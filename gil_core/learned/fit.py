@@ -22,7 +22,7 @@
   root's confidence cut and novelty cuts rise as little as keeps at most ``unseen`` of such requests served,
   each category weighted alike, keeping as many logged in-scope predictions as possible.
 * **Rules**, from the logged predictions (made before their verdicts) of models of the node's current generation
-  (fitted on at least half its current confirmed rows), latest ``window`` per node, a node's own
+  (fitted on at least a quarter of its current confirmed rows), latest ``window`` per node, a node's own
   while it has ``min_support`` of them, else its layer's (leaves and inner nodes pooled apart, since their
   thresholds differ), else the whole tree's (one model judges every node); the same for the predictions the LLM
   also judged. The novelty check is not applied to
@@ -453,11 +453,11 @@ def _evidence(
         tree = [item for kept in per_node.values() for item in kept[-policy.window :]]
         return (tree, "tree") if len(tree) >= policy.min_support or last else None
 
-    # A prediction speaks for a node's model when a model of the same generation made it: one fitted on at least
-    # half as many confirmed rows as the node's now (a leaf first judged from its priors alone says little about
-    # the leaf it became). Only where no pool has enough of those does every prediction count (the first rounds).
+    # A prediction speaks for a node's model when a model of its generation made it: one fitted on at least a
+    # quarter as many confirmed rows as the node's now (a leaf first judged from its priors alone says little
+    # about the leaf it became). Only where no pool has enough of those does every prediction count.
     current = {node: int(model.report.get("rows", 0)) for node, model in models.items()}
-    recent = [item for item in logged if 2 * item.rows >= current.get(item.node_id, 0)]
+    recent = [item for item in logged if 4 * item.rows >= current.get(item.node_id, 0)]
     rows, rows_from = latest(recent) or latest(list(logged), last=True) or ([], "tree")
     pairs, pairs_from = latest([item for item in logged if item.llm_right is not None], last=True) or ([], "tree")
     return _Evidence(rows, rows_from, pairs, pairs_from, [item for item in logged if item.node_id == node_id])

@@ -31,7 +31,7 @@ from gil_core.ontology.model import Tree
 from gil_core.telemetry.records import CandidateShown
 from gil_core.traverse import Traversal
 
-__all__ = ["LearnedJudge", "LearnedJudgment", "audited"]
+__all__ = ["LearnedJudge", "LearnedJudgment", "audited", "served_answer"]
 
 VectorOf = Callable[[str], Awaitable[NDArray[np.float32]]]
 TextsOf = Callable[[Sequence[str]], Awaitable[NDArray[np.float32]]]
@@ -216,6 +216,25 @@ def _audit_note(judgment: Judgment, threshold: float) -> dict[str, Any]:
         "none": bool(distribution.trusted and distribution.none_selected),
         "p": distribution.confidence,
     }
+
+
+def served_answer(state: LearnedState, tree: Tree, vector: NDArray[np.float32]) -> tuple[bool, str | None]:
+    """What the learned judge alone would answer: (True, option id) when it would serve every step from the root
+    to an option, (True, None) when it would serve "none of these" at the root, else (False, None)."""
+    node_id: str | None = tree.root.id
+    while node_id is not None:
+        model = state.nodes.get(node_id)
+        if model is None:
+            return False, None
+        prediction = model.predict(vector)
+        if model.decide(prediction) != "served":
+            return False, None
+        if prediction.choice is None:
+            return node_id == tree.root.id, None
+        if not tree.has_node(prediction.choice):
+            return True, prediction.choice
+        node_id = prediction.choice
+    return False, None
 
 
 def audited(trace_id: str, node_id: str, rate: float) -> bool:

@@ -242,3 +242,29 @@ async def test_learned_walk_fills_a_pattern_slot_without_any_model_call(tmp_path
     calls = resolver.store.read("calls").filter(pl.col("trace_id") == resolution.trace_id)
     assert calls["role"].to_list() == ["embed"]
     assert len(server.requests) == served_by_chat  # the second one too: no request reached the model
+
+
+async def test_learned_judge_overrules_a_memory_hit_it_would_answer_otherwise(tmp_path: Path) -> None:
+    """Memory holds a request remembered with the refund answer (a stale entry); a near-identical request is a
+    memory hit, but the learned judge would serve a whole walk to order tracking: the hit becomes a miss that says
+    why, and the walk answers. No model call either way."""
+    from gil_core.llm.trace_vectors import TraceVectorCache
+    from gil_core.memory import LanceDBMemory
+
+    task = learned_task(memory_threshold=0.9, audit_rate=0.0)
+    stream = support_stream()
+    with bad_model() as server:
+        async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
+            store = TelemetryStore(tmp_path / "store")
+            vectors = TraceVectorCache(embedder())
+            memory = LanceDBMemory(tmp_path / "memory", vectors)
+            resolver = Resolver(chat, store, memory=memory, reflex_embedder=vectors)
+            for start in range(0, 120, 40):
+                await run_with_feedback(resolver, task, stream[start : start + 40])
+            await memory.remember(task.name, "stale", "Where is my order 48213? It has not arrived yet.", REFUND)
+            asked = len(server.requests)
+            again = await resolver.resolve(task, "Where is my order 48213? It still has not arrived.")
+    assert again.recall is not None and again.recall.similarity is not None and again.recall.similarity >= 0.9
+    assert not again.recall.hit and "learned judge serves track-order" in (again.recall.error or "")
+    assert again.mode == "habit/template" and "48213" in (again.output or "")
+    assert len(server.requests) == asked
