@@ -376,6 +376,7 @@ class LanceDBMemory:
         if isinstance(state, IndexedTask):  # searched in the table itself: only its size matters here
             with self._store_errors(task, "count its entries"):
                 state.count = await table.count_rows(where)
+                state.share = state.count / max(1, await table.count_rows())
             if not self._large(state.count):
                 del self._tasks[task]
             elif state.grown():  # rows the index does not cover yet, written by any process: fold them in
@@ -444,8 +445,9 @@ class LanceDBMemory:
             with self._store_errors(task, "count its entries"):
                 count = await table.count_rows(f"task = {_sql_string(task)}")
                 indexed = self._large(count) and await has_vector_index(table)
+                share = count / max(1, await table.count_rows()) if indexed else 1.0
             if indexed:
-                return IndexedTask(count, _now_us(), self._index)
+                return IndexedTask(count, _now_us(), self._index, share=share)
         state = await self._load(task, table)
         self._index_if_large(task, state)
         return state

@@ -140,3 +140,21 @@ async def test_another_processes_writes_reach_an_indexed_task_at_once(tmp_path: 
     recall = await memory.lookup(BIG, "row 3", threshold=0.0)
     assert recall is not None and recall.source != "k3"
     assert memory.stats.index_lookups == 3
+
+
+async def test_two_large_tasks_share_the_index_and_never_see_each_others_rows(tmp_path: Path) -> None:
+    """The larger task is filtered after the search (it holds most of the table), the smaller before it; both
+    answer only from their own rows, the same vectors notwithstanding."""
+    rows, queries = clustered(1000, 10, seed=7)
+    embedder = CallableEmbeddingModel(Vectors(rows, queries), name="fixed")
+    memory = LanceDBMemory(tmp_path, embedder, index=SETTINGS)
+    await memory.rebuild(BIG, [MemoryEntry(f"k{index}", f"row {index}", "big") for index in range(1000)])
+    await memory.rebuild("other", [MemoryEntry(f"o{index}", f"row {index}", "other") for index in range(500)])
+    await memory.build_index()
+    reopened = LanceDBMemory(tmp_path, embedder, index=SETTINGS)
+    for index in range(0, 500, 50):
+        big = await reopened.nearest(BIG, f"row {index}", 30)
+        other = await reopened.nearest("other", f"row {index}", 30)
+        assert (big[0].key, big[0].similarity) == (f"k{index}", 1.0) and all(e.answer == "big" for e in big)
+        assert (other[0].key, other[0].similarity) == (f"o{index}", 1.0) and all(e.answer == "other" for e in other)
+    assert reopened.stats.index_lookups == 20 and reopened.stats.loads == 0
