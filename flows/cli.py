@@ -459,7 +459,7 @@ def _prefect_environment(api_url: str | None = None) -> None:
 @app.command()
 def demo(
     task_file_path: TaskFileOption = None,
-    limit: Annotated[int, typer.Option(help="Use only the first N tickets (0 = all 300).")] = 100,
+    limit: Annotated[int, typer.Option(help="Use only the first N tickets (0 = all 300).")] = 0,
     chunk: Annotated[
         int,
         typer.Option(
