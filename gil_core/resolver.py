@@ -34,7 +34,7 @@ from gil_core.llm.options import call_options
 from gil_core.llm.trace_vectors import TraceVectorCache
 from gil_core.memory import FeedbackEvent, Memory, Recall, rebuild_memory
 from gil_core.memory.evidence import MemoryEvidence
-from gil_core.memory.guard import HitGuard
+from gil_core.memory.guard import HitGuard, has_negation
 from gil_core.ontology.model import Option, OptionKind
 from gil_core.settings import ClientParts
 from gil_core.tasks import Resolution, TaskDefinition
@@ -258,7 +258,7 @@ class Resolver:
             vector = await learner.request_vector(text)
         except ModelError:
             return recall
-        served, option = served_answer(state, task.tree, vector)
+        served, option = served_answer(state, task.tree, vector, negates=has_negation(text))
         answer = (recall.answer or "").strip()
         remembered = None if answer == task.language.none_of_these else self._answer_index(task).option_for(answer)
         if not served or (remembered is None and answer != task.language.none_of_these) or option == remembered:

@@ -177,6 +177,9 @@ def fit_state(
             exemplars=vectors[rows.rows[exemplar_rows]].astype(np.float32),
             exemplar_class=rows.labels[exemplar_rows].astype(np.int32),
             novelty_cuts=np.full(k, np.nan),
+            negated=np.bincount(
+                rows.labels[[log.confirmed[row].negated for row in rows.rows.tolist()]], minlength=k
+            ).astype(np.int32),
             rule="learning",
             cut=None,
             evidence="node",

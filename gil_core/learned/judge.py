@@ -26,6 +26,7 @@ from gil_core.judge.single_token import Judge, Judgment
 from gil_core.learned.state import LearnedState, Prediction
 from gil_core.llm.ports import TokenLogprob
 from gil_core.llm.recorder import call_scope, current_trace_id
+from gil_core.memory.guard import has_negation
 from gil_core.ontology.labels import LabelScheme
 from gil_core.ontology.model import Tree
 from gil_core.telemetry.records import CandidateShown
@@ -99,7 +100,7 @@ class LearnedJudge:
             decision = None
             distribution = None
             if prediction is not None and vector is not None:
-                decision = model.decide(prediction)
+                decision = model.decide(prediction, negates=has_negation(request))
                 if decision == "served" and await self._like_a_shadow(vector, prediction, candidates):
                     decision = "shadow"
                 distribution = _distribution(prediction, shown)
@@ -218,7 +219,9 @@ def _audit_note(judgment: Judgment, threshold: float) -> dict[str, Any]:
     }
 
 
-def served_answer(state: LearnedState, tree: Tree, vector: NDArray[np.float32]) -> tuple[bool, str | None]:
+def served_answer(
+    state: LearnedState, tree: Tree, vector: NDArray[np.float32], *, negates: bool = False
+) -> tuple[bool, str | None]:
     """What the learned judge alone would answer: (True, option id) when it would serve every step from the root
     to an option, (True, None) when it would serve "none of these" at the root, else (False, None)."""
     node_id: str | None = tree.root.id
@@ -227,7 +230,7 @@ def served_answer(state: LearnedState, tree: Tree, vector: NDArray[np.float32]) 
         if model is None:
             return False, None
         prediction = model.predict(vector)
-        if model.decide(prediction) != "served":
+        if model.decide(prediction, negates=negates) != "served":
             return False, None
         if prediction.choice is None:
             return node_id == tree.root.id, None

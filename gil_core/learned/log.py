@@ -21,6 +21,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from gil_core.habits.attribution import AnswerIndex
+from gil_core.memory.guard import has_negation
 from gil_core.ontology.model import Tree
 from gil_core.telemetry import TelemetryStore
 
@@ -36,6 +37,7 @@ class Confirmed:
     trace_id: str
     order: int
     option: str | None
+    negated: bool = False  # the request negates ("don't", "not", "안 돼"…)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +141,7 @@ def read_learned_log(store: TelemetryStore, task: str, tree: Tree, *, none_text:
         known, option = _confirmed_option(row, answers, options, none_text)
         if not known:
             continue
-        confirmed.append(Confirmed(row["trace_id"], order, option))
+        confirmed.append(Confirmed(row["trace_id"], order, option, has_negation(row["state"])))
         logged.extend(_scored(tree, row["path"], order, option))
     with_vectors, vectors = _vectors(store, task, embedder, confirmed)
     return LearnedLog(tuple(with_vectors), vectors, tuple(logged), digest)

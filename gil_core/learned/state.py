@@ -38,7 +38,7 @@ __all__ = [
     "write_state",
 ]
 
-FORMAT = 1
+FORMAT = 2
 _HEADER_KEY = "gil.learned"
 
 Rule = Literal["proven", "better", "withdrawn", "learning"]
@@ -47,7 +47,7 @@ LLM judged the same requests significantly worse ("better"), no longer served be
 the rule that let it serve ("withdrawn"), or never served yet ("learning")."""
 SERVING_RULES: frozenset[str] = frozenset({"proven", "better"})
 
-Decision = Literal["served", "not_serving", "below_cut", "novel", "shadow"]
+Decision = Literal["served", "not_serving", "below_cut", "novel", "negated", "shadow"]
 """What became of one learned prediction: served, or why not."""
 
 Float32 = NDArray[np.float32]
@@ -77,7 +77,8 @@ class Prediction:
 class NodeModel:
     """One node's classifier (``weights`` k×d, ``bias`` k over ``classes``; a single class always wins), its
     exemplars (unit rows, ``exemplar_class`` indexing ``classes``), its novelty cut per class (NaN: never
-    served), and its rule with the confidence ``cut`` it serves from. ``report`` holds what the fit measured,
+    served), how many confirmed requests of each class negate (``negated``), and its rule with the confidence
+    ``cut`` it serves from. ``report`` holds what the fit measured,
     for ``gil fit-reflex``."""
 
     node_id: str
@@ -88,6 +89,7 @@ class NodeModel:
     exemplars: Float32
     exemplar_class: NDArray[np.int32]
     novelty_cuts: NDArray[np.float64]
+    negated: NDArray[np.int32]
     rule: Rule
     cut: float | None
     evidence: str
@@ -107,11 +109,14 @@ class NodeModel:
         near = float((mine @ vector).max()) if len(mine) else None
         return Prediction(self.classes, probabilities, index, near)
 
-    def decide(self, prediction: Prediction) -> Decision:
-        """Whether this prediction may be served: the node's rule serves, the confidence reaches the cut, and the
-        request is not unlike every confirmed request of the class it is predicted as."""
+    def decide(self, prediction: Prediction, *, negates: bool = False) -> Decision:
+        """Whether this prediction may be served: the node's rule serves, the confidence reaches the cut, the
+        request is not unlike every confirmed request of the class it is predicted as, and it does not negate
+        where no confirmed request of that class did (the embedder barely sees "don't")."""
         if self.rule not in SERVING_RULES or self.cut is None:
             return "not_serving"
+        if negates and self.negated[prediction.index] == 0:
+            return "negated"
         cut = float(self.novelty_cuts[prediction.index])
         if prediction.near is None or math.isnan(cut) or prediction.near < cut:
             return "novel"
@@ -183,6 +188,7 @@ def write_state(folder: Folder, state: LearnedState, name: str) -> None:
             "exemplar_class": _bytes(model.exemplar_class, "<i4"),
             "exemplar_count": len(model.exemplar_class),
             "novelty_cuts": _bytes(model.novelty_cuts, "<f8"),
+            "negated": _bytes(model.negated, "<i4"),
             "rule": model.rule,
             "cut": model.cut,
             "evidence": model.evidence,
@@ -215,6 +221,7 @@ _SCHEMA = pl.Schema(
         "exemplar_class": pl.Binary(),
         "exemplar_count": pl.Int64(),
         "novelty_cuts": pl.Binary(),
+        "negated": pl.Binary(),
         "rule": pl.String(),
         "cut": pl.Float64(),
         "evidence": pl.String(),
@@ -285,6 +292,7 @@ def _node(row: Mapping[str, Any], dimensions: int) -> NodeModel:
         novelty_cuts=_array(row["novelty_cuts"], "<f8", (k,), f"node {node!r} novelty cuts", finite=False).astype(
             np.float64
         ),
+        negated=_array(row["negated"], "<i4", (k,), f"node {node!r} negated counts").astype(np.int32),
         rule=rule,
         cut=row["cut"],
         evidence=row["evidence"],

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
-__all__ = ["GuardVerdict", "HitGuard"]
+__all__ = ["GuardVerdict", "HitGuard", "has_negation"]
 
 # A marker counts as present or absent; two texts that both negate ("No, I don't want…" / "I don't want…")
 # agree. ``(?<![가-힣])`` keeps a Korean marker to the start of a word, where it negates.
@@ -112,8 +112,17 @@ class HitGuard:
         return GuardVerdict(allowed=True)
 
 
+def has_negation(text: str) -> bool:
+    """Whether ``text`` negates (English or Korean), by the markers the guard compares."""
+    return _NEGATION.search(_normal(text)) is not None
+
+
+def _normal(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).lower().replace("’", "'").replace("‘", "'")
+
+
 def _read(text: str) -> _Reading:
-    normal = unicodedata.normalize("NFKC", text).lower().replace("’", "'").replace("‘", "'")
+    normal = _normal(text)
     numbers: set[Decimal] = set()
     amounts: set[tuple[str, Decimal]] = set()
     for match in _QUANTITY.finditer(normal):
