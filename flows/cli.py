@@ -12,20 +12,19 @@ import os
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gil_core.batch import apply_verdicts, read_tickets, read_verdicts, resolve_batch, write_results
 from gil_core.errors import GilError
-from gil_core.learned import describe_nodes
-from gil_core.ontology import TreeLintWarning, lint_tree, load_tree
-from gil_core.runtime import open_runtime
-from gil_core.taskfile import TaskFile, load_task_file
-from gil_core.taskfile import store_location as checked_location
+
+if TYPE_CHECKING:
+    from gil_core.taskfile import TaskFile
+
+# Every command imports what it uses in its own body: `gil --help` and `gil lint-tree` load no Polars, pandera,
+# LanceDB, Prefect or scikit-learn (benchmarks/speed.py, "commands start only what they use").
 
 app = typer.Typer(
     name="gil",
@@ -71,6 +70,8 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 def task_file(path: Path | None, **overrides: Any) -> TaskFile:
+    from gil_core.taskfile import load_task_file
+
     chosen = path or Path(os.environ.get("GIL_TASK_FILE", "gil.yaml"))
     return guarded(lambda: load_task_file(chosen, **overrides))
 
@@ -89,6 +90,8 @@ def resolve(
     as_json: JsonOption = False,
 ) -> None:
     """Resolve one request: memory, then the tree, then generation. Prints the answer and how it was found."""
+    from gil_core.runtime import open_runtime
+
     loaded = task_file(task_file_path)
 
     async def work() -> dict[str, Any]:
@@ -129,6 +132,11 @@ def resolve_batch_command(
     as_json: JsonOption = False,
 ) -> None:
     """Resolve a batch of tickets. Idempotent by ticket id: a rerun resolves only tickets without a trace."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gil_core.batch import read_tickets, resolve_batch, write_results
+    from gil_core.runtime import open_runtime
+
     loaded = task_file(task_file_path)
     if task_runner not in ("threads", "dask"):
         raise fail(f"--task-runner: expected threads or dask, got {task_runner!r}")
@@ -182,6 +190,9 @@ def feedback(
     as_json: JsonOption = False,
 ) -> None:
     """Apply verdicts: memory remembers confirmed answers and forgets wrong hits; habit statistics learn."""
+    from gil_core.batch import apply_verdicts, read_verdicts
+    from gil_core.runtime import open_runtime
+
     loaded = task_file(task_file_path)
     items, bad = guarded(lambda: read_verdicts(verdicts))
     for item in bad:
@@ -203,6 +214,7 @@ def stats(
     as_json: JsonOption = False,
 ) -> None:
     """Accuracy per mode with 95% Wilson intervals, habit and memory rates, and cost per request over time."""
+    from gil_core.learned import describe_nodes
     from gil_core.telemetry import TelemetryStore
 
     loaded = task_file(task_file_path)
@@ -220,6 +232,7 @@ def stats(
 
 
 def stored_learned_state(store: Any, loaded: TaskFile) -> Any:
+    """The learned reflex's newest stored state for the task (None when it was never fitted)."""
     from gil_core.learned import stored_state
 
     return stored_state(store, loaded.task)
@@ -247,6 +260,7 @@ def _learned_table(nodes: list[dict[str, Any]]) -> Table:
 def fit_reflex_command(task_file_path: TaskFileOption = None, as_json: JsonOption = False) -> None:
     """Refit the learned reflex from the log and print, per node, its rows, classes, the rule that lets it serve
     (proven, better than the LLM, withdrawn or learning), the cut, and precision and coverage at the cut."""
+    from gil_core.learned import describe_nodes
     from gil_core.runtime import open_learner
 
     loaded = task_file(task_file_path)
@@ -274,6 +288,8 @@ def lint_tree_command(
     """Check a tree file: errors (with file:line and node) fail; warnings are listed."""
     import warnings
 
+    from gil_core.ontology import TreeLintWarning, lint_tree, load_tree
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TreeLintWarning)
         tree = guarded(lambda: load_tree(path))
@@ -291,6 +307,8 @@ def lint_tree_command(
 @app.command("rebuild-memory")
 def rebuild_memory_command(task_file_path: TaskFileOption = None, as_json: JsonOption = False) -> None:
     """Make memory hold exactly what the feedback history confirms."""
+    from gil_core.runtime import open_runtime
+
     loaded = task_file(task_file_path)
 
     async def work() -> int:
@@ -328,6 +346,8 @@ def store_location(value: str, command: str) -> str | Path:
     """A store named on the command line, checked as a task file's ``store`` is: an ``s3://`` URI kept whole, or a
     folder relative to the working directory. A location that cannot be one is one line naming command and
     argument."""
+    from gil_core.taskfile import store_location as checked_location
+
     return guarded(lambda: checked_location(value, None, path=f"gil {command}", key="STORE"))
 
 
@@ -374,6 +394,7 @@ app.add_typer(review_app, name="review")
 def _review(kind: str, task_file_path: Path | None, as_json: bool) -> None:
     from flows.review import review_path
     from gil_core.reviews import deactivation_review, differentiation_review, promotion_review
+    from gil_core.runtime import open_runtime
     from gil_core.telemetry import TelemetryStore
 
     loaded = task_file(task_file_path)

@@ -5,9 +5,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from gil_core.errors import ConfigurationError
 from gil_core.learned import Learner
 from gil_core.llm import ChatModel, EmbeddingModel, EmbeddingRecorder, OpenAICompatibleChatModel
 from gil_core.llm.openai_compat import OpenAICompatibleEmbeddingModel
+from gil_core.llm.ports import Completion, Embeddings, Message
 from gil_core.llm.trace_vectors import TraceVectorCache
 from gil_core.maintenance import ENERGY_META_KEY
 from gil_core.memory import CircuitBreakingMemory, LanceDBMemory, Memory
@@ -73,12 +75,73 @@ def client_parts(task_file: TaskFile) -> ClientParts:
     return ClientParts.from_settings(settings)
 
 
+class _OnDemandChatModel:
+    """The embedded local model, its server started (or a running one reused) on the first request: a command
+    that never asks the model anything (a memory hit, feedback, a rebuild, a review) starts no server."""
+
+    def __init__(self, stack: AsyncExitStack) -> None:
+        from gil_core.local import find_smollm2_gguf  # the optional extra: imported only when asked for
+
+        self._stack = stack
+        self._name = find_smollm2_gguf().stem  # the name the server answers to (LocalLLMServer.model)
+        self._model: ChatModel | None = None
+        self._starting = asyncio.Lock()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int,
+        temperature: float = 0.0,
+        top_logprobs: int = 0,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> Completion:
+        model = await self._started()
+        return await model.complete(
+            messages, max_tokens=max_tokens, temperature=temperature, top_logprobs=top_logprobs, extra_body=extra_body
+        )
+
+    async def _started(self) -> ChatModel:
+        async with self._starting:
+            if self._model is None:
+                from gil_core.local import LocalLLMServer
+
+                server = await asyncio.to_thread(LocalLLMServer.ensure)
+                self._model = await self._stack.enter_async_context(
+                    OpenAICompatibleChatModel(server.base_url, server.model)
+                )
+            return self._model
+
+
+class _OnDemandEmbeddingModel:
+    """The embedded MiniLM, loaded on the first texts it embeds: a command that never embeds loads nothing."""
+
+    def __init__(self) -> None:
+        self._model: EmbeddingModel | None = None
+        self._loading = asyncio.Lock()
+
+    @property
+    def name(self) -> str:
+        from gil_core.local import MINILM_NAME
+
+        return MINILM_NAME
+
+    async def embed(self, texts: Sequence[str]) -> Embeddings:
+        async with self._loading:
+            if self._model is None:
+                from gil_core.local import MiniLMEmbeddingModel
+
+                self._model = await asyncio.to_thread(MiniLMEmbeddingModel)
+        return await self._model.embed(texts)
+
+
 async def _chat_model(spec: ModelSpec, stack: AsyncExitStack) -> ChatModel:
     if spec.kind == "local":
-        from gil_core.local import LocalLLMServer  # the optional extra: imported only when asked for
-
-        server = LocalLLMServer.ensure()
-        return await stack.enter_async_context(OpenAICompatibleChatModel(server.base_url, server.model))
+        return _OnDemandChatModel(stack)
     assert spec.url is not None and spec.name is not None
     return await stack.enter_async_context(OpenAICompatibleChatModel(spec.url, spec.name, api_key=_api_key(spec)))
 
@@ -89,9 +152,7 @@ async def _embedding_model(spec: ModelSpec, stack: AsyncExitStack) -> EmbeddingM
     if spec.kind == "hash":
         return HashEmbeddingModel()
     if spec.kind == "local":
-        from gil_core.local import MiniLMEmbeddingModel
-
-        return MiniLMEmbeddingModel()
+        return _OnDemandEmbeddingModel()
     assert spec.url is not None and spec.name is not None
     return await stack.enter_async_context(OpenAICompatibleEmbeddingModel(spec.url, spec.name, api_key=_api_key(spec)))
 

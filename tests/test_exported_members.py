@@ -105,6 +105,7 @@ PUBLIC = {
     "gil_core.language": ["ENGLISH", "KOREAN", "PromptLanguage", "fill", "placeholders"],
     "gil_core.local": [
         "MINILM_DIMENSIONS",
+        "MINILM_NAME",
         "LocalLLMServer",
         "LocalModelMissingError",
         "LocalServerError",

@@ -6,10 +6,11 @@ it, and using a model without it raises ``LocalModelMissingError`` saying what t
 
 from gil_core.local._packages import LocalModelMissingError
 from gil_core.local.llm_server import LocalLLMServer, LocalServerError, default_cache_dir, find_smollm2_gguf
-from gil_core.local.minilm import MINILM_DIMENSIONS, MiniLMEmbeddingModel, find_minilm_files
+from gil_core.local.minilm import MINILM_DIMENSIONS, MINILM_NAME, MiniLMEmbeddingModel, find_minilm_files
 
 __all__ = [
     "MINILM_DIMENSIONS",
+    "MINILM_NAME",
     "LocalLLMServer",
     "LocalModelMissingError",
     "LocalServerError",

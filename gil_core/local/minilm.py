@@ -27,9 +27,11 @@ if TYPE_CHECKING:
     from onnxruntime import InferenceSession
     from tokenizers import Tokenizer
 
-__all__ = ["MINILM_DIMENSIONS", "MiniLMEmbeddingModel", "find_minilm_files"]
+__all__ = ["MINILM_DIMENSIONS", "MINILM_NAME", "MiniLMEmbeddingModel", "find_minilm_files"]
 
 MINILM_DIMENSIONS = 384
+MINILM_NAME = "all-MiniLM-L6-v2-int8"
+"""The name a ``MiniLMEmbeddingModel`` records its calls under (unless given another)."""
 # sentence-transformers' max_seq_length for this model; the shipped tokenizer.json says 128, which would cut
 # texts the reference model reads whole.
 _MAX_TOKENS = 256
@@ -61,7 +63,7 @@ class MiniLMEmbeddingModel:
         max_tokens: int = _MAX_TOKENS,
         batch_size: int = 32,
         threads: int | None = None,
-        name: str = "all-MiniLM-L6-v2-int8",
+        name: str = MINILM_NAME,
     ) -> None:
         if not 2 < max_tokens <= 512:
             raise ConfigurationError(f"max_tokens must lie in 3..512 (the model's positions), got {max_tokens}")
