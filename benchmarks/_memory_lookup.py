@@ -505,12 +505,11 @@ def memory_lookup_section(arms: Sequence[LookupArm], command: str) -> Section:
                 )
             )
     table = markdown_table(
-        ["data", "entries", "arm", "p50 ms", "CPU ms", "× numpy (p50)", "recall@1", "notes"],
+        ["entries", "arm", "p50 ms", "CPU ms", "× numpy (p50)", "recall@1", "setup"],
         [
             [
-                arm.dataset,
                 f"{arm.size:,}",
-                arm.name,
+                f"{arm.dataset}: {arm.name}",
                 f"{arm.p50_ms:.2f}",
                 "—" if math.isnan(arm.cpus[0]) else f"{arm.cpu_ms:.2f}",
                 "—" if arm.kind == "first" else f"{arm.p50_ms / groups[(arm.dataset, arm.size)][0].p50_ms:.2f}",
@@ -519,7 +518,7 @@ def memory_lookup_section(arms: Sequence[LookupArm], command: str) -> Section:
             ]
             for arm in arms
         ],
-        align="lrlrrrrl",
+        align="rlrrrrl",
     )
     lead = (
         "Top-1 lookup, 384 dims, over **synthetic clusters** (a cluster per 100 entries; each query a stored "
