@@ -114,3 +114,15 @@ def deciders_of(store: TelemetryStore, trace_id: str) -> list[str | None]:
     traces = store.read("traces")
     (row,) = traces.filter(traces["trace_id"] == trace_id).iter_rows(named=True)
     return [step.get("decided_by") for step in json.loads(row["path"])]
+
+
+async def train(
+    resolver: Resolver, task: TaskDefinition, count: int, *, chunk: int = 40, start: int = 0
+) -> dict[str, str | None]:
+    """The first ``count`` requests of the support stream (from ``start``) in chunks of ``chunk``, feedback after
+    each; the outputs of all of them by ticket id."""
+    stream = support_stream()
+    outputs: dict[str, str | None] = {}
+    for first in range(start, start + count, chunk):
+        outputs |= await run_with_feedback(resolver, task, stream[first : min(first + chunk, start + count)])
+    return outputs

@@ -12,7 +12,7 @@ from gil_core.llm import OpenAICompatibleChatModel
 from gil_core.memory.guard import has_negation
 from gil_core.resolver import Resolver
 from gil_core.telemetry import TelemetryStore
-from tests.learned._support import bad_model, embedder, learned_task, run_with_feedback, support_stream
+from tests.learned._support import bad_model, embedder, learned_task, train
 
 NEGATED = [
     "I don't want a refund for order 48213, please keep it as it is.",
@@ -32,12 +32,10 @@ NEGATED = [
 
 async def test_learned_judge_defers_a_negated_request_where_its_class_never_saw_one(tmp_path: Path) -> None:
     task = learned_task()
-    stream = support_stream()
     with bad_model() as server:
         async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
             resolver = Resolver(chat, TelemetryStore(tmp_path / "store"), reflex_embedder=embedder())
-            for start in range(0, 200, 50):
-                await run_with_feedback(resolver, task, stream[start : start + 50])
+            await train(resolver, task, 200, chunk=50)
             assert resolver.learner is not None
             state = await resolver.learner.serving_state(task)
             vectors = [await resolver.learner.request_vector(text) for text in NEGATED]

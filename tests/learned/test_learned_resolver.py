@@ -27,6 +27,7 @@ from tests.learned._support import (
     recorded,
     run_with_feedback,
     support_stream,
+    train,
 )
 
 REFUND = "Refunds reach the original payment method within 5 business days of approval."
@@ -70,8 +71,7 @@ async def test_learned_judge_answers_none_at_the_root_without_generation(tmp_pat
     with bad_model() as server:
         async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
             resolver = Resolver(chat, TelemetryStore(tmp_path / "store"), reflex_embedder=embedder())
-            for start in range(0, 160, 40):
-                await run_with_feedback(resolver, task, stream[start : start + 40])
+            await train(resolver, task, 160, chunk=40)
             state = resolver.learner.state("support") if resolver.learner else None
             assert state is not None and None in state.nodes["root"].classes
             out_of_scope = [e for e in stream[160:] if e.category == "root"][:6]
@@ -120,12 +120,10 @@ async def test_learned_node_better_than_the_llm_is_reported_so(tmp_path: Path) -
 
 async def test_learned_request_unlike_anything_confirmed_is_not_served(tmp_path: Path) -> None:
     task = learned_task()
-    stream = support_stream()
     with bad_model() as server:
         async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
             resolver = Resolver(chat, TelemetryStore(tmp_path / "store"), reflex_embedder=embedder())
-            for start in range(0, 120, 40):
-                await run_with_feedback(resolver, task, stream[start : start + 40])
+            await train(resolver, task, 120, chunk=40)
             odd = "The quarterly grain harvest in the northern provinces exceeded forecasts by eleven percent."
             resolution = await resolver.resolve(task, odd)
     root = resolution.path[0]
@@ -227,13 +225,11 @@ async def test_learned_walk_fills_a_pattern_slot_without_any_model_call(tmp_path
     """Served end to end: the learned judge routes to the order-tracking template, whose order slot is filled by
     its pattern, so the answer costs one embedding and no chat call."""
     task = learned_task(audit_rate=0.0)  # no share of served judgments is put to the LLM as well
-    stream = support_stream()
     with bad_model() as server:
         async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
             store = TelemetryStore(tmp_path / "store")
             resolver = Resolver(chat, store, reflex_embedder=recorded(embedder(), store))
-            for start in range(0, 120, 40):
-                await run_with_feedback(resolver, task, stream[start : start + 40])
+            await train(resolver, task, 120, chunk=40)
             resolution = await resolver.resolve(task, "Where is my order 48213? It has not arrived yet.")
             served_by_chat = len(server.requests)
             await resolver.resolve(task, "Where is my order 51177? It has not arrived yet.")
@@ -252,15 +248,13 @@ async def test_learned_judge_overrules_a_memory_hit_it_would_answer_otherwise(tm
     from gil_core.memory import LanceDBMemory
 
     task = learned_task(memory_threshold=0.9, audit_rate=0.0)
-    stream = support_stream()
     with bad_model() as server:
         async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
             store = TelemetryStore(tmp_path / "store")
             vectors = TraceVectorCache(embedder())
             memory = LanceDBMemory(tmp_path / "memory", vectors)
             resolver = Resolver(chat, store, memory=memory, reflex_embedder=vectors)
-            for start in range(0, 120, 40):
-                await run_with_feedback(resolver, task, stream[start : start + 40])
+            await train(resolver, task, 120, chunk=40)
             await memory.remember(task.name, "stale", "Where is my order 48213? It has not arrived yet.", REFUND)
             asked = len(server.requests)
             again = await resolver.resolve(task, "Where is my order 48213? It still has not arrived.")
