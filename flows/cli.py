@@ -387,6 +387,54 @@ def import_sqlite_command(
     emit({"store": str(where), "rows": report.rows}, as_json, lambda: console.print(f"read {database}: {report.rows}"))
 
 
+@app.command()
+def doctor(
+    task_file_path: TaskFileOption = None,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="Move the broken files found into quarantine, and put back the quarantined files whose columns "
+            "cast to the table's types without loss.",
+        ),
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Check the telemetry store: decode every file of every table whole, and list the files quarantine holds.
+    Without --repair nothing is moved; exit code 1 while a broken file is still among a table's files."""
+    from dataclasses import asdict
+
+    from gil_core.telemetry import TelemetryStore
+
+    loaded = task_file(task_file_path)
+    store = guarded(lambda: TelemetryStore(loaded.store))
+    check = guarded(lambda: store.check(repair=repair))
+    data = {
+        "store": str(store.location),
+        "files": check.files,
+        "broken": [asdict(item) for item in check.broken],
+        "restored": [asdict(item) for item in check.restored],
+        "quarantined": [asdict(item) for item in check.quarantined],
+    }
+
+    def render() -> None:
+        lines = [f"{store.location}: {check.files:,} files decoded whole"]
+        for item in check.broken:
+            done = "moved into quarantine" if item.moved else (item.note or "not moved: run with --repair")
+            lines.append(f"broken: {item.table}/{item.name}: {item.reason} ({done})")
+        lines += [f"put back: {item.table}/{item.name}" for item in check.restored]
+        for item in check.quarantined:
+            rows = "rows unknown" if item.rows is None else f"{item.rows:,} rows"
+            lines.append(f"quarantined: {item.where} ({rows}): {item.reason}")
+        counts = len(check.broken), len(check.restored), len(check.quarantined)
+        lines.append("{} broken, {} put back, {} quarantined".format(*counts))
+        console.print("\n".join(lines), highlight=False, soft_wrap=True)
+
+    emit(data, as_json, render)
+    if any(not item.moved for item in check.broken):
+        raise typer.Exit(code=1)
+
+
 review_app = typer.Typer(help="Review rounds: propose, then decide item by item.", no_args_is_help=True)
 app.add_typer(review_app, name="review")
 

@@ -13,6 +13,7 @@ body can echo the access key id).
 from __future__ import annotations
 
 import functools
+import io
 import os
 import re
 import secrets
@@ -269,6 +270,19 @@ class Folder(Protocol):
         """Delete these files (missing ones are fine)."""
         ...
 
+    def read_bytes(self, name: str) -> bytes:
+        """The file's bytes, whole. ``FileNotFoundError`` when it is gone; any other failure is the read's."""
+        ...
+
+    def move_into(self, name: str, target: Folder) -> None:
+        """Move the file ``name`` into ``target`` (a folder of the same kind and store), keeping its name.
+        ``FileNotFoundError`` when it is gone already."""
+        ...
+
+    def walk(self) -> list[str]:
+        """Every file under the folder, at any depth, as paths relative to it (``/``-separated), sorted."""
+        ...
+
     def remove_stale_temporary_files(self) -> None:
         """Delete what writers that died left behind."""
         ...
@@ -311,10 +325,14 @@ class LocalFolder:
 
     def write_parquet(self, name: str, frame: pl.DataFrame, metadata: dict[str, str] | None = None) -> None:
         self._ensure()
+        # Encoded in memory, then written by Python: a write Polars makes itself fails as a ComputeError without
+        # its errno, and a full disk must be told apart (an OSError with ENOSPC) from a bad frame.
+        encoded = io.BytesIO()
+        frame.write_parquet(encoded, compression=_LOCAL_COMPRESSION, metadata=metadata)
         temporary = self._path / f".{name}.tmp"
         try:
             with open(temporary, "wb") as handle:
-                frame.write_parquet(handle, compression=_LOCAL_COMPRESSION, metadata=metadata)
+                handle.write(encoded.getbuffer())
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(temporary, self._path / name)
@@ -330,6 +348,24 @@ class LocalFolder:
             removed = True
         if removed:
             _fsync_directory(self._path)
+
+    def read_bytes(self, name: str) -> bytes:
+        return (self._path / name).read_bytes()
+
+    def move_into(self, name: str, target: Folder) -> None:
+        if not isinstance(target, LocalFolder):
+            raise ConfigurationError(f"{self.where}: cannot move {name} into {target.where}, a folder of another kind")
+        target._ensure()
+        os.replace(self._path / name, target._path / name)  # one rename: the file is in exactly one folder
+        _fsync_directory(target._path)
+        _fsync_directory(self._path)
+
+    def walk(self) -> list[str]:
+        found = []
+        for folder, _, files in os.walk(self._path):
+            relative = Path(folder).relative_to(self._path)
+            found += [(relative / name).as_posix() for name in files if not name.startswith(".")]
+        return sorted(found)
 
     def remove_stale_temporary_files(self) -> None:
         cutoff = time.time() - _STALE_TEMP_SECONDS
@@ -401,6 +437,31 @@ class ObjectFolder:
                 self._make_filesystem().delete_file(f"{self._bucket_path}/{name}")
             except FileNotFoundError:
                 continue
+
+    def read_bytes(self, name: str) -> bytes:
+        with self._make_filesystem().open_input_stream(f"{self._bucket_path}/{name}") as stream:
+            data: bytes = stream.read()
+        return data
+
+    def move_into(self, name: str, target: Folder) -> None:
+        """A copy on the server, then a delete: the file may be in both folders for a moment, never in neither
+        (a copy refused, e.g. to read-only keys, leaves it where it was)."""
+        if not isinstance(target, ObjectFolder):
+            raise ConfigurationError(f"{self.where}: cannot move {name} into {target.where}, a folder of another kind")
+        filesystem = self._make_filesystem()
+        filesystem.copy_file(f"{self._bucket_path}/{name}", f"{target._bucket_path}/{name}")
+        filesystem.delete_file(f"{self._bucket_path}/{name}")
+
+    def walk(self) -> list[str]:
+        from pyarrow import fs
+
+        selector = fs.FileSelector(self._bucket_path, allow_not_found=True, recursive=True)
+        start = len(self._bucket_path) + 1
+        return sorted(
+            info.path[start:]
+            for info in self._make_filesystem().get_file_info(selector)
+            if info.type == fs.FileType.File and not info.base_name.startswith(".")
+        )
 
     def remove_stale_temporary_files(self) -> None:
         """Nothing to do: a PUT never leaves a partial object (an unfinished multipart upload stays invisible;

@@ -137,7 +137,9 @@ class Misroutes:
 @dataclass(frozen=True, slots=True)
 class Stats:
     """What the log says about one task. Rates are None when the task has no requests; ``misroutes`` is None
-    when no tree was given; ``repriced`` says whether chat calls were priced again with a given model."""
+    when no tree was given; ``repriced`` says whether chat calls were priced again with a given model.
+    ``quarantined_files`` is how many broken files the store (every table, every task) has set aside; their
+    footers count ``quarantined_rows`` rows, and ``quarantined_uncounted`` of them have no footer that reads."""
 
     task: str
     requests: int
@@ -150,6 +152,9 @@ class Stats:
     windows: tuple[CostWindow, ...]
     misroutes: Misroutes | None
     deciders: tuple[DeciderStats, ...] = ()
+    quarantined_files: int = 0
+    quarantined_rows: int = 0
+    quarantined_uncounted: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready values (``gil stats --json``): the dataclass tree as dicts and lists."""
@@ -190,6 +195,14 @@ class Stats:
         if self.misroutes is not None:
             lines.append(f"misroutes: {self.misroutes.count:,} of {self.misroutes.checked:,} checked")
             lines += [f"  {item.node} ↛ {item.habit}: {item.count:,}" for item in self.misroutes.by_node]
+        if self.quarantined_files:
+            uncounted = (
+                f", {self.quarantined_uncounted:,} without a footer that reads" if self.quarantined_uncounted else ""
+            )
+            lines.append(
+                f"quarantined: {self.quarantined_files:,} broken files of the store set aside "
+                f"({self.quarantined_rows:,} rows by their footers{uncounted}); see gil doctor"
+            )
         return "\n".join(lines)
 
 
@@ -292,6 +305,7 @@ def compute_stats(
     if tree is not None:
         queries += _misroutes(frame, tree)
     modes, totals, windows, deciders, *misroutes = pl.collect_all(queries)
+    quarantined = store.quarantined()
     requests, habits, memory, failures = totals.row(0)
     return Stats(
         task=task,
@@ -305,6 +319,9 @@ def compute_stats(
         windows=tuple(CostWindow(**row) for row in windows.iter_rows(named=True)),
         misroutes=_misroute_result(*misroutes) if misroutes else None,
         deciders=tuple(DeciderStats(**row) for row in deciders.iter_rows(named=True)),
+        quarantined_files=len(quarantined),
+        quarantined_rows=sum(item.rows or 0 for item in quarantined),
+        quarantined_uncounted=sum(item.rows is None for item in quarantined),
     )
 
 

@@ -57,6 +57,18 @@ Durability model
   compaction's write-then-delete could miss both the sources and their replacement). ``scan`` plans over
   the files present when it is called; if a compaction deletes one before ``collect()``, collect raises
   ``FileNotFoundError``: scan again.
+* **Files that do not decode.** Before a file is first read by a store object its footer is checked (once: files
+  never change). A file whose bytes do not decode as Parquet (truncated, empty, not Parquet), or whose footer types
+  a column of the table otherwise than the table's schema (``_stored_schema``; a column a file lacks, or one the
+  table does not know, is a file of an older or newer version, and fine), is *broken*: reads skip it with a
+  warning naming it, and it is moved into ``<root>/quarantine/<table>/`` under its own name. A read whose pages
+  fail to decode although every footer did finds the file by decoding each whole and sets it aside alike. Only
+  the bytes decide: when Polars fails, the file is read whole and decoded in memory, so an I/O error, a missing
+  object (a concurrent compaction: list again) or keys that may not read raise as they are and never move a file;
+  a broken file that cannot be moved (read-only keys or file system) stays where it is, skipped. ``quarantined()``
+  lists what was set aside (stats report it); ``check()`` (``gil doctor``) decodes every live file whole, and with
+  ``repair`` moves the broken ones and puts back quarantined files whose columns cast to the table's types without
+  loss. Writes never read old files, so they go on.
 * **Errors on object storage** are ``TelemetryError``s naming the table and the location; their text passes
   through ``S3Settings.redact`` and chains no exception that could carry a key.
 """
@@ -72,6 +84,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +104,17 @@ from gil_core.telemetry._group import (
     combined_rejection,
     prepare,
 )
+from gil_core.telemetry._quarantine import (
+    DECODE_ERRORS,
+    QUARANTINE,
+    FileCheck,
+    QuarantinedFile,
+    StoreCheck,
+    decode_problem,
+    footer_rows,
+    recovered,
+    type_problem,
+)
 from gil_core.telemetry._rows import call_row, conform, conformable, trace_row
 from gil_core.telemetry.records import CallRecord, TraceRecord
 from gil_core.telemetry.schemas import COUNTERS, DTYPES, KEYS, TABLES, validate_frame
@@ -99,7 +123,7 @@ from gil_core.telemetry.stats import HabitTree, Stats, compute_stats
 if TYPE_CHECKING:
     from gil_core.telemetry.energy import EnergyModel
 
-__all__ = ["TelemetryStore"]
+__all__ = ["FileCheck", "QuarantinedFile", "StoreCheck", "TelemetryStore"]
 
 _SEQ = "_seq"
 _SUFFIX = ".parquet"
@@ -107,6 +131,7 @@ _COMPACTED_SUFFIX = ".compacted.parquet"
 _REPLACES = "gil.replaces"
 _SEQ_RANGE = "gil.seq_range"
 _READ_ATTEMPTS = 20
+_FOOTER_CHECKS = 8  # footers read at once from an object store
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _T = TypeVar("_T")
 _log = logging.getLogger(__name__)
@@ -150,6 +175,8 @@ class TelemetryStore:
         self._group: CommitGroup | None = None
         self._flusher: Flusher | None = None
         self._rejected: list[SchemaViolationError] = []
+        self._sound: set[str] = set()  # files whose footer was checked (or that this object wrote): immutable
+        self._unusable: dict[str, str] = {}  # broken files that could not be moved (read-only keys): skipped
 
     def __repr__(self) -> str:
         return f"TelemetryStore({str(self._location)!r})"
@@ -395,9 +422,17 @@ class TelemetryStore:
         requests (chat calls repriced with ``pricing`` when given) and misroutes (with ``tree``); see
         ``telemetry.stats.compute_stats``."""
         self._flush()
-        return self._guarded(
-            "traces", "compute stats", lambda: compute_stats(self, task, window=window, pricing=pricing, tree=tree)
-        )
+
+        def run() -> Stats:
+            try:
+                return compute_stats(self, task, window=window, pricing=pricing, tree=tree)
+            except DECODE_ERRORS:  # a page that does not decode although its footer did: set its file aside
+                found = [self._set_aside_undecodable(t, self._folder(t)) for t in ("traces", "calls")]
+                if not any(found):
+                    raise
+            return compute_stats(self, task, window=window, pricing=pricing, tree=tree)
+
+        return self._guarded("traces", "compute stats", run)
 
     # -- internals ------------------------------------------------------------------------------------------
 
@@ -467,23 +502,30 @@ class TelemetryStore:
         seq = self._next_seq()
         stamped = frame.hstack([pl.Series(_SEQ, [seq] * frame.height, dtype=pl.Int64)])
         folder = self._folder(table)
-        self._guarded(table, "append", lambda: folder.write_parquet(_file_name(seq, _SUFFIX), stamped))
+        name = _file_name(seq, _SUFFIX)
+        self._guarded(table, "append", lambda: folder.write_parquet(name, stamped))
+        self._sound.add(str(folder.source(name)))
 
     def _read(self, table: str, folder: Folder) -> pl.DataFrame:
         for _ in range(_READ_ATTEMPTS):
             try:
-                listing = self._list(folder)
-                frame = self._plan(table, folder, listing.live, keep_seq=False).collect()
-                if self._list(folder).compacted <= listing.compacted:
+                listing = self._list(table, folder)
+                try:
+                    frame = self._plan(table, folder, listing.live, keep_seq=False).collect()
+                except DECODE_ERRORS:
+                    if self._set_aside_undecodable(table, folder, listing.live):
+                        continue  # a file's pages did not decode although its footer did: it is set aside now
+                    raise
+                if self._list(table, folder).compacted <= listing.compacted:
                     return frame
-            except FileNotFoundError:
-                pass  # a compaction removed a file between our listing and our read: list again
+            except FileNotFoundError as exc:  # a compaction removed a file between our listing and our read
+                _log.debug("table %r: %s went while it was being read: listing again", table, exc.filename or exc)
         raise TelemetryError(f"table {table!r}: could not get a stable listing of {folder.where}")
 
     def _scan(self, table: str, folder: Folder) -> pl.LazyFrame:
         for _ in range(_READ_ATTEMPTS):
             try:
-                return self._plan(table, folder, self._list(folder).live, keep_seq=False)
+                return self._plan(table, folder, self._list(table, folder, checked=True).live, keep_seq=False)
             except FileNotFoundError:
                 pass
         raise TelemetryError(f"table {table!r}: could not get a stable listing of {folder.where}")
@@ -492,13 +534,22 @@ class TelemetryStore:
         with folder.claim() as claim:
             if not claim.held:
                 return 0
-            listing = self._list(folder)
+            listing = self._list(table, folder)
             folder.remove(listing.replaced)
             folder.remove_stale_temporary_files()
             sources = listing.live
-            if len(sources) < 2:
-                return 0
-            merged = self._plan(table, folder, sources, keep_seq=True).collect()
+            while True:
+                if len(sources) < 2:
+                    return 0
+                try:
+                    merged = self._plan(table, folder, sources, keep_seq=True).collect()
+                    break
+                except FileNotFoundError:
+                    return 0  # a reader set a broken file aside meanwhile: the next compaction goes on
+                except DECODE_ERRORS:
+                    if not self._set_aside_undecodable(table, folder, sources):
+                        raise
+                sources = self._list(table, folder).live  # without the files just set aside
             if not claim.fresh():
                 return 0  # too slow: another compactor may take the table over, so leave it as it is
             seq = merged.get_column(_SEQ)
@@ -508,38 +559,215 @@ class TelemetryStore:
                 metadata[_SEQ_RANGE] = json.dumps(seq_range)
             name = _file_name(self._next_seq(), _COMPACTED_SUFFIX)
             folder.write_parquet(name, merged, metadata=metadata)
+            self._sound.add(str(folder.source(name)))
             self._compacted[str(folder.source(name))] = _Compacted(frozenset(sources), _int_pair(seq_range))
             folder.remove(sources)
             return len(sources)
 
-    def _list(self, folder: Folder) -> _Listing:
-        names = folder.names()
-        compacted = frozenset(name for name in names if name.endswith(_COMPACTED_SUFFIX))
+    def _list(self, table: str, folder: Folder, *, checked: bool = False) -> _Listing:
+        """The folder's files, less the broken ones known (and a compacted file whose metadata does not decode:
+        set aside), and the files a compacted file replaces. ``checked``: every live file's footer is checked
+        first (see ``_usable``), for a scan, which its caller collects; a read or a compaction collects itself and
+        finds a broken file when that fails (``_set_aside_undecodable``)."""
+        names = [name for name in folder.names() if str(folder.source(name)) not in self._unusable]
+        compacted: set[str] = set()
         replaced: set[str] = set()
-        for name in compacted:
-            replaced |= self._compacted_file(folder, name).replaces
+        for name in names:
+            if name.endswith(_COMPACTED_SUFFIX) and (known := self._compacted_file(table, folder, name)) is not None:
+                compacted.add(name)
+                replaced |= known.replaces
+        names = [name for name in names if name in compacted or not name.endswith(_COMPACTED_SUFFIX)]
+        live = [name for name in names if name not in replaced]
         return _Listing(
-            live=tuple(name for name in names if name not in replaced),
+            live=tuple(self._usable(table, folder, live) if checked else live),
             replaced=tuple(name for name in names if name in replaced),
-            compacted=compacted,
+            compacted=frozenset(compacted),
         )
 
-    def _compacted_file(self, folder: Folder, name: str) -> _Compacted:
+    def _compacted_file(self, table: str, folder: Folder, name: str) -> _Compacted | None:
+        """What a compacted file's metadata says; None when it does not decode (the file is set aside then)."""
         source = folder.source(name)
         known = self._compacted.get(str(source))
         if known is None:
-            metadata = pl.read_parquet_metadata(source, storage_options=folder.storage_options)
+            try:
+                metadata = pl.read_parquet_metadata(source, storage_options=folder.storage_options)
+            except DECODE_ERRORS:
+                problem = decode_problem(folder.read_bytes(name), _stored_schema(table), whole=False)
+                if problem is None:
+                    raise  # the bytes decode: the read failed, not the file
+                self._set_aside(table, folder, name, problem)
+                return None
             seq_range = json.loads(metadata[_SEQ_RANGE]) if _SEQ_RANGE in metadata else None
             known = _Compacted(frozenset(json.loads(metadata.get(_REPLACES, "[]"))), _int_pair(seq_range))
             self._compacted[str(source)] = known
         return known
 
+    # -- files that do not decode -------------------------------------------------------------------------
+
+    def _usable(self, table: str, folder: Folder, names: Sequence[str]) -> list[str]:
+        """``names`` without the broken files: each file's footer is checked once per store object (files never
+        change), and one that does not decode or types a column otherwise than the table is set aside. A read
+        that fails is raised as it is (``FileNotFoundError``: the file went, list again)."""
+        known = self._sound | self._unusable.keys()
+        unchecked = [name for name in names if str(folder.source(name)) not in known]
+        check = functools.partial(self._footer_problem, table, folder)
+        if len(unchecked) > 1 and self._s3 is not None:  # a request each: in parallel (Polars lets go of the GIL)
+            with ThreadPoolExecutor(max_workers=min(_FOOTER_CHECKS, len(unchecked))) as pool:
+                problems = dict(zip(unchecked, pool.map(check, unchecked), strict=True))
+        else:
+            problems = {name: check(name) for name in unchecked}
+        usable = []
+        for name in names:
+            source = str(folder.source(name))
+            if name in problems:
+                problem = problems[name]
+                if problem is not None:
+                    self._set_aside(table, folder, name, problem)
+                    continue
+                self._sound.add(source)
+            if source not in self._unusable:
+                usable.append(name)
+        return usable
+
+    def _footer_problem(self, table: str, folder: Folder, name: str) -> str | None:
+        """What the file's footer says is wrong with it as a file of ``table`` (None: nothing)."""
+        expected = _stored_schema(table)
+        try:
+            return type_problem(self._scan_files(table, folder, [name], typed=False).collect_schema(), expected)
+        except DECODE_ERRORS:
+            # Polars could not read the footer; the file's own bytes say whether it is broken or the read failed
+            # (a failed read raises here, and nothing is moved).
+            return decode_problem(folder.read_bytes(name), expected, whole=False)
+
+    def _set_aside_undecodable(self, table: str, folder: Folder, names: Sequence[str] | None = None) -> bool:
+        """After a read of ``names`` (default: the live files) failed to decode: set aside the broken ones, found
+        by their footers (cheap, and enough for all but a page that does not decode), else by decoding each file
+        on its own and whole. Whether any was (if none, the failure was not a file's: raise it)."""
+        names = self._list(table, folder).live if names is None else names
+        usable = self._usable(table, folder, names)
+        if len(usable) < len(names):
+            return True
+        found = False
+        for name in usable:
+            try:
+                self._scan_files(table, folder, [name]).collect()
+                continue
+            except DECODE_ERRORS:
+                problem = decode_problem(folder.read_bytes(name), _stored_schema(table), whole=True)
+            if problem is not None:
+                self._set_aside(table, folder, name, problem)
+                found = True
+        return found
+
+    def _set_aside(self, table: str, folder: Folder, name: str, problem: str) -> None:
+        """Move a broken file into the quarantine folder beside the table, and warn; a file that cannot be moved
+        (read-only keys or file system) stays where it is, skipped by this store object's reads."""
+        source = str(folder.source(name))
+        self._sound.discard(source)
+        target = self.side_folder(QUARANTINE, table)
+        try:
+            folder.move_into(name, target)
+        except FileNotFoundError:
+            return  # moved by another reader (or replaced by a compaction) meanwhile
+        except Exception as exc:
+            why = self._s3.describe(exc) if self._s3 is not None else f"{type(exc).__name__}: {exc}"
+            self._unusable[source] = problem
+            _log.warning(
+                "table %r: %s is broken (%s): reads skip it; it could not be moved into %s (%s)",
+                table, source, problem, target.where, why,
+            )  # fmt: skip
+            return
+        _log.warning("table %r: %s is broken (%s): reads skip it; moved into %s", table, source, problem, target.where)
+
+    def quarantined(self) -> tuple[QuarantinedFile, ...]:
+        """The files set aside in the quarantine folder, with the rows their footers say they hold (None when the
+        footer does not read) and what the footer says is wrong."""
+        folder = self.side_folder(QUARANTINE)
+
+        def run() -> tuple[QuarantinedFile, ...]:
+            found = []
+            for path in folder.walk():
+                table, _, name = path.partition("/")
+                if table in TABLES and name and "/" not in name:
+                    found.append(self._quarantined_file(table, name))
+            return tuple(found)
+
+        return self._guarded(QUARANTINE, "list", run)
+
+    def _quarantined_file(self, table: str, name: str) -> QuarantinedFile:
+        folder = self.side_folder(QUARANTINE, table)
+        data = folder.read_bytes(name)
+        problem = decode_problem(data, _stored_schema(table), whole=False)
+        reason = problem or "its footer and types read: a full check (gil doctor) says more"
+        return QuarantinedFile(table, name, str(folder.source(name)), footer_rows(data), reason)
+
+    def check(self, *, repair: bool = False) -> StoreCheck:
+        """Decode every live file of every table whole (not only its footer) and list what quarantine holds.
+
+        With ``repair``, the broken files found are moved into quarantine, and a quarantined file is put back
+        under its own name where it can be: every page decodes, each mistyped column casts to the table's type
+        and back without loss, and the rows fit the table's schema. Without it nothing is moved."""
+        self._flush()
+        checked = 0
+        broken: list[FileCheck] = []
+        for table in TABLES:
+            folder = self._folder(table)
+            for name in self._guarded(table, "list", folder.names):
+                checked += 1
+                problem = self._guarded(
+                    table, "check", functools.partial(self._whole_file_problem, table, folder, name)
+                )
+                if problem is None:
+                    continue
+                moved, note = False, None
+                if repair:
+                    self._set_aside(table, folder, name, problem)
+                    moved = str(folder.source(name)) not in self._unusable
+                    note = None if moved else "it could not be moved (see the log)"
+                broken.append(FileCheck(table, name, problem, moved, note))
+        restored = self._restore_quarantined() if repair else ()
+        return StoreCheck(checked, tuple(broken), restored, self.quarantined())
+
+    def _whole_file_problem(self, table: str, folder: Folder, name: str) -> str | None:
+        expected = _stored_schema(table)
+        try:
+            self._scan_files(table, folder, [name]).collect()  # a column typed otherwise fails here too
+            return None
+        except FileNotFoundError:
+            return None  # gone meanwhile (a compaction): nothing to check
+        except DECODE_ERRORS:
+            return decode_problem(folder.read_bytes(name), expected, whole=True)
+
+    def _restore_quarantined(self) -> tuple[QuarantinedFile, ...]:
+        restored = []
+        for item in self.quarantined():
+            if self._guarded(item.table, "restore", functools.partial(self._restore, item)):
+                restored.append(item)
+        return tuple(restored)
+
+    def _restore(self, item: QuarantinedFile) -> bool:
+        """Put a quarantined file back under its own name, its mistyped columns cast (see ``check``); the table's
+        order key and metadata travel with it, so its rows supersede and are superseded as they were written."""
+        quarantine = self.side_folder(QUARANTINE, item.table)
+        try:
+            frame, metadata = recovered(item.table, quarantine.read_bytes(item.name), _stored_schema(item.table))
+        except ValueError:
+            return False
+        folder = self._folder(item.table)
+        folder.write_parquet(item.name, frame, metadata=metadata)
+        quarantine.remove([item.name])
+        self._unusable.pop(str(folder.source(item.name)), None)
+        self._sound.add(str(folder.source(item.name)))
+        _log.warning("table %r: %s put back from quarantine", item.table, item.name)
+        return True
+
     def _in_write_order(self, folder: Folder, files: Sequence[str]) -> bool:
-        """Whether ``files`` read in this order give their rows in ``_seq`` order (ties in read order)."""
+        """Whether ``files`` (as listed) read in this order give their rows in ``_seq`` order (ties in read
+        order)."""
         highest: int | None = None
         for name in files:
             if name.endswith(_COMPACTED_SUFFIX):
-                span = self._compacted_file(folder, name).seq_range
+                span = self._compacted[str(folder.source(name))].seq_range  # read when the folder was listed
             else:
                 head = name.split("-", 1)[0]
                 span = (int(head), int(head)) if head.isdigit() else None
@@ -548,21 +776,27 @@ class TelemetryStore:
             highest = span[1] if highest is None else max(highest, span[1])
         return True
 
+    def _scan_files(self, table: str, folder: Folder, names: Sequence[str], *, typed: bool = True) -> pl.LazyFrame:
+        """A scan of these files as the table's schema types them (``typed=False``: as their footer types them)."""
+        sources: list[Any] = [folder.source(name) for name in names]
+        if not typed:
+            return pl.scan_parquet(sources, glob=False, storage_options=folder.storage_options)
+        return pl.scan_parquet(
+            sources,
+            schema=_stored_schema(table),
+            glob=False,
+            missing_columns="insert",  # files written before a column was added
+            extra_columns="ignore",  # files written by a newer version
+            storage_options=folder.storage_options,
+        )
+
     def _plan(self, table: str, folder: Folder, files: Sequence[str], *, keep_seq: bool) -> pl.LazyFrame:
         dtypes = DTYPES[table]
         if not files:
             return pl.LazyFrame(schema=dtypes if not keep_seq else {**dtypes, _SEQ: pl.Int64})
 
         def scan(names: Sequence[str]) -> pl.LazyFrame:
-            sources: list[Any] = [folder.source(name) for name in names]
-            return pl.scan_parquet(
-                sources,
-                schema={**dtypes, _SEQ: pl.Int64},
-                glob=False,
-                missing_columns="insert",  # files written before a column was added
-                extra_columns="ignore",  # files written by a newer version
-                storage_options=folder.storage_options,
-            )
+            return self._scan_files(table, folder, names)
 
         key = KEYS.get(table)
         if not self._in_write_order(folder, files):
@@ -583,6 +817,13 @@ class TelemetryStore:
         if not key and table in COUNTERS:
             frame = _sum_counters(table, frame)
         return frame if keep_seq else frame.drop(_SEQ)
+
+
+def _stored_schema(table: str) -> dict[str, pl.DataType]:
+    """The columns a stored file of ``table`` holds, typed: the table's, and the store's own order key. A file may
+    lack some (written before they were added) or hold others (written by a newer version); a column typed
+    otherwise makes the file one no version of the table wrote (set aside, see ``_usable``)."""
+    return {**DTYPES[table], _SEQ: pl.Int64()}
 
 
 def _last_per_key(frame: pl.LazyFrame, key: Sequence[str]) -> pl.LazyFrame:

@@ -46,6 +46,7 @@ def invoke(*args: str) -> tuple[int, str, str]:
         "fit-reflex",
         "export-sqlite",
         "import-sqlite",
+        "doctor",
         "demo",
         "serve",
         "ui",
@@ -171,3 +172,51 @@ def test_export_then_import_sqlite_through_the_cli(tmp_path: Path) -> None:
     assert all(original.read(table).equals(copy.read(table)) for table in original.tables())
     code, _, stderr = invoke("import-sqlite", str(tmp_path / "absent.sqlite"), str(tmp_path / "copy"))
     assert code == 2 and "no such file" in stderr
+
+
+def test_doctor_finds_broken_files_moves_nothing_until_repair_then_quarantines_and_puts_back_what_casts(
+    tmp_path: Path,
+) -> None:
+    """A file whose pages do not decode (only a whole decode finds it), a truncated one, and one whose energy
+    column is Float32 (it casts to Float64 and back without loss): gil doctor lists all three and exits 1; with
+    --repair the first two stay in quarantine and the third is back in its table, its row read as before."""
+    import polars as pl
+
+    from gil_core.telemetry import TelemetryStore
+    from tests.telemetry._s3 import fill
+    from tests.telemetry.test_quarantine import a_traces_file, broken
+
+    task = write_task_file(tmp_path, "http://127.0.0.1:9/v1")
+    root = tmp_path / "store"
+    fill(TelemetryStore(root))
+    before = TelemetryStore(root).read("traces")
+    good = a_traces_file(root)
+    names = {kind: f"0179600000000000000{index}-1-0badf11e000{index}.parquet" for index, kind in enumerate(
+        ("pages that do not decode", "truncated", "float32")
+    )}  # fmt: skip
+    (root / "traces" / names["pages that do not decode"]).write_bytes(broken("pages that do not decode", good))
+    (root / "traces" / names["truncated"]).write_bytes(broken("truncated", good))
+    widened = pl.read_parquet(good)
+    widened.with_columns(pl.col("energy").cast(pl.Float32)).write_parquet(root / "traces" / names["float32"])
+
+    code, out, _ = invoke("doctor", "-t", str(task), "--json")
+    found = json.loads(out)
+    assert code == 1 and sorted(item["name"] for item in found["broken"]) == sorted(names.values())
+    assert not any(item["moved"] for item in found["broken"]) and found["quarantined"] == []
+    assert all((root / "traces" / name).exists() for name in names.values())  # nothing moved without --repair
+
+    code, out, _ = invoke("doctor", "-t", str(task), "--repair", "--json")
+    repaired = json.loads(out)
+    assert code == 0 and all(item["moved"] for item in repaired["broken"])
+    assert [item["name"] for item in repaired["restored"]] == [names["float32"]]
+    assert sorted(item["name"] for item in repaired["quarantined"]) == sorted(
+        [names["pages that do not decode"], names["truncated"]]
+    )
+    assert (root / "traces" / names["float32"]).exists()
+    assert pl.read_parquet_schema(root / "traces" / names["float32"])["energy"] == pl.Float64
+    assert TelemetryStore(root).read("traces").equals(before)  # the put-back row is the one t0 already had
+
+    code, out, _ = invoke("doctor", "-t", str(task))
+    assert code == 0 and "0 broken, 0 put back, 2 quarantined" in out and "rows unknown" in out
+    code, out, _ = invoke("stats", "-t", str(task))
+    assert code == 0 and "quarantined: 2 broken files" in out

@@ -147,3 +147,23 @@ def fill(store: TelemetryStore) -> None:
         store.record_trace(trace(number, mode="memory" if number % 3 == 0 else "fallback"), [judge_call(number)])
     store.record_trace(trace(1, "correct"))
     store.record_trace(trace(3, "wrong", mode="memory"))
+
+
+def iam_keys(endpoint: str, user: str, actions: list[str]) -> dict[str, str]:
+    """An IAM user on the server allowed only ``actions`` (e.g. ``["s3:GetObject", "s3:ListBucket"]``), and its
+    keys as ``s3_settings`` overrides. Made while the server checks no keys; it refuses other actions to these
+    keys once ``keys_checked`` is on."""
+    import json
+
+    import boto3
+
+    iam = boto3.client(
+        "iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="admin", aws_secret_access_key="admin"
+    )
+    name = f"{user}-{secrets.token_hex(4)}"
+    iam.create_user(UserName=name)
+    document = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}
+    policy = iam.create_policy(PolicyName=f"{name}-policy", PolicyDocument=json.dumps(document))["Policy"]["Arn"]
+    iam.attach_user_policy(UserName=name, PolicyArn=policy)
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+    return {"access_key_id": key["AccessKeyId"], "secret_access_key": key["SecretAccessKey"]}
