@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import polars as pl
 
-from gil_core.errors import ConfigurationError, GilError, SchemaViolationError, UnknownTraceError
+from gil_core.errors import ConfigurationError, GilError, SchemaViolationError, TelemetryError, UnknownTraceError
 from gil_core.habits.attribution import habit_for_text
 from gil_core.resolver import Resolver
 from gil_core.settings import load_settings
@@ -222,11 +222,18 @@ async def resolve_batch(
     report.skipped = len(tickets) - len(todo)
     gate = asyncio.Semaphore(concurrency)
     tally = _Tally(report, len(tickets), progress, {report.trace_ids[t.id]: t.id for t in todo})
+    stopped: list[TelemetryError] = []  # the store could not write (a full disk, …): no ticket starts after it
 
     async def one(ticket: Ticket) -> None:
         async with gate:
+            if stopped:
+                return  # left for a rerun, like every ticket not acknowledged
             try:
                 await resolver.resolve(task, ticket.text, trace_id=report.trace_ids[ticket.id])
+            except SchemaViolationError as exc:
+                tally.failed(ticket.id, str(exc))
+            except TelemetryError as exc:
+                stopped.append(exc)
             except GilError as exc:  # the trace, when one was stored, says why; the batch goes on
                 tally.failed(ticket.id, str(exc))
             else:
@@ -236,15 +243,31 @@ async def resolve_batch(
     if commit_rows is None:
         tally.durable_on_return = True
         await asyncio.gather(*(one(ticket) for ticket in todo))
+        _raise_stopped(stopped, report, len(todo))
         return report
     rejected = "its trace was not stored"
     try:
         with resolver.store.group_commit(max_rows=commit_rows, max_delay_s=commit_delay_s, on_flush=tally.flushed):
             await asyncio.gather(*(one(ticket) for ticket in todo))
+            if stopped:
+                raise stopped[0]  # leaves the group without acknowledging what is still queued
     except SchemaViolationError as exc:  # rows of some requests were left out; the rest is durable
         rejected = str(exc)
-    tally.settle(rejected)
+    except TelemetryError as exc:  # the last flush failed as well, or the store stopped the batch
+        if not stopped:
+            stopped.append(exc)
+    tally.settle(rejected if not stopped else "its trace was not stored: the batch stopped")
+    _raise_stopped(stopped, report, len(todo))
     return report
+
+
+def _raise_stopped(stopped: Sequence[TelemetryError], report: BatchReport, todo: int) -> None:
+    """The store failed a write during the batch: say so, with what was acknowledged before it stopped."""
+    if stopped:
+        raise TelemetryError(
+            f"{stopped[0]} — the batch stopped with {report.resolved} of its {todo} tickets acknowledged: run it "
+            "again to resolve the others"
+        ) from stopped[0]
 
 
 class _Tally:

@@ -339,7 +339,11 @@ class LocalFolder:
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
-        _fsync_directory(self._path)
+        try:
+            _fsync_directory(self._path)
+        except OSError:
+            (self._path / name).unlink(missing_ok=True)  # raising says "not written": take the file back
+            raise
 
     def remove(self, names: Iterable[str]) -> None:
         removed = False

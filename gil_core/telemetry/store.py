@@ -75,6 +75,7 @@ Durability model
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
@@ -503,7 +504,10 @@ class TelemetryStore:
         stamped = frame.hstack([pl.Series(_SEQ, [seq] * frame.height, dtype=pl.Int64)])
         folder = self._folder(table)
         name = _file_name(seq, _SUFFIX)
-        self._guarded(table, "append", lambda: folder.write_parquet(name, stamped))
+        try:
+            self._guarded(table, "append", lambda: folder.write_parquet(name, stamped))
+        except OSError as exc:  # a local folder: the temporary file is gone, nothing partial is left
+            raise _write_error(table, folder, exc) from exc
         self._sound.add(str(folder.source(name)))
 
     def _read(self, table: str, folder: Folder) -> pl.DataFrame:
@@ -817,6 +821,18 @@ class TelemetryStore:
         if not key and table in COUNTERS:
             frame = _sum_counters(table, frame)
         return frame if keep_seq else frame.drop(_SEQ)
+
+
+def _write_error(table: str, folder: Folder, exc: OSError) -> TelemetryError:
+    """A failed local write as an error naming the table and folder; a full disk (or quota) says so, and what to
+    do: nothing was written, no partial file is left."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        name = "ENOSPC" if exc.errno == errno.ENOSPC else "EDQUOT"
+        return TelemetryError(
+            f"table {table!r} at {folder.where}: no space left on the device ({name}): "
+            "these rows were not written and no partial file is left; free space, then write again"
+        )
+    return TelemetryError(f"table {table!r} at {folder.where}: could not append ({type(exc).__name__}: {exc})")
 
 
 def _stored_schema(table: str) -> dict[str, pl.DataType]:

@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from gil_core.errors import ConfigurationError, SchemaViolationError
+from gil_core.errors import ConfigurationError, SchemaViolationError, TelemetryError
 from gil_core.telemetry import TelemetryStore
 from tests.telemetry.test_store import AT, make_call, make_trace, parquet_files, review
 
@@ -222,7 +222,7 @@ def test_a_failed_write_is_kept_and_written_by_the_next_flush(store: TelemetrySt
     heard: list[list[str]] = []
     with store.group_commit(max_delay_s=None, on_flush=lambda written: heard.append(sorted(written))):
         record(store, "t1")
-        with pytest.raises(OSError):
+        with pytest.raises(TelemetryError, match=r"table 'traces' at .*traces: could not append \(FileExistsError"):
             store.flush()
         assert fresh_ids(store, "calls", "call_id") == ["t1/c"]
         (store.root / "traces").unlink()

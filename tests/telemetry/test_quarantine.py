@@ -8,9 +8,7 @@ from __future__ import annotations
 import io
 import logging
 import random
-import subprocess
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -32,6 +30,7 @@ from tests.telemetry._s3 import (
     settings_for,
     trace,
 )
+from tests.telemetry._tmpfs import remount_read_only, tmpfs
 
 BROKEN_NAME = "01796000000000000000-1-0badf11e0000.parquet"
 KINDS = ("truncated", "zero bytes", "random bytes", "mistyped column", "pages that do not decode")
@@ -152,33 +151,20 @@ def test_a_read_that_fails_is_raised_and_moves_no_file(tmp_path: Path) -> None:
     assert looping.is_symlink() and not (root / "quarantine").exists()
 
 
-@pytest.fixture
-def mounted(tmp_path: Path) -> Iterator[Path]:
-    """A small tmpfs of its own (needs root, as in CI here; skipped elsewhere), unmounted afterwards."""
-    where = tmp_path / "mnt"
-    where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(where)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=True)
-
-
 def test_on_a_read_only_file_system_a_broken_file_is_skipped_and_left_where_it_is(
-    mounted: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    root = mounted / "store"
-    before, _ = filled_with_a_broken_file(root, "truncated")
-    subprocess.run(["mount", "-o", "remount,ro", str(mounted)], check=True)
-    with caplog.at_level(logging.WARNING, logger="gil_core.telemetry.store"):
-        store = TelemetryStore(root)
-        assert store.read("traces").equals(before) and store.read("traces").equals(before)
+    with tmpfs(tmp_path / "mnt") as mounted:
+        root = mounted / "store"
+        before, _ = filled_with_a_broken_file(root, "truncated")
+        remount_read_only(mounted)
+        with caplog.at_level(logging.WARNING, logger="gil_core.telemetry.store"):
+            store = TelemetryStore(root)
+            assert store.read("traces").equals(before) and store.read("traces").equals(before)
+        assert (root / "traces" / BROKEN_NAME).exists() and not (root / "quarantine").exists()
     [warning] = warnings_of(caplog)  # once per store object: it remembers the file it could not move
     assert str(root / "traces" / BROKEN_NAME) in warning and "could not be moved" in warning
     assert "Read-only file system" in warning
-    assert (root / "traces" / BROKEN_NAME).exists() and not (root / "quarantine").exists()
 
 
 class RaceCounter(logging.Handler):
