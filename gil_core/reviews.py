@@ -58,14 +58,17 @@ __all__ = [
 
 _PLAIN_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
 _NOT_PLAIN = re.compile(r"[^A-Za-z0-9_.-]+")
+_LIKE_ESCAPED = re.compile(r"(?:.*-)?[0-9A-Fa-f]{12}")  # what an escaped name looks like: ends in 12 hex digits
 
 
 def safe_name(name: str, plain: re.Pattern[str] = _PLAIN_FILE_NAME) -> str:
     """``name`` as one plain piece of a file name or key: itself when it matches ``plain`` whole (by default
     letters, digits, ``_ . -``, not starting with a dot, at most 64 characters), else its plain characters (the
     others as ``_``, at most 40) and 12 hex digits of its SHA-256, so that no task name reaches outside a folder
-    (``../x``, ``/etc``, ``a/b``, NUL, a name longer than a file name may be) and two names never share a file."""
-    if plain.fullmatch(name):
+    (``../x``, ``/etc``, ``a/b``, NUL, a name longer than a file name may be) and two names never share a file.
+    A plain name that looks escaped (``alpha-0bd0509bafa4`` is how ``alpha `` comes out) is escaped too, or it
+    would share the other's file."""
+    if plain.fullmatch(name) and not _LIKE_ESCAPED.fullmatch(name):
         return name
     readable = _NOT_PLAIN.sub("_", name).strip("._")[:40]
     digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]

@@ -37,7 +37,7 @@ def build_chat_stack(
     if limiter is not None or fallback is not None:
         stacked = LimitedChatModel(stacked, limiter, provider, fallback=fallback, tenant=tenant)
     if log is not None:
-        stacked = LoggedChatModel(stacked, log, provider=provider)
+        stacked = LoggedChatModel(stacked, log, provider=provider, task=tenant)
     if cache is not None:
         stacked = CachingChatModel(
             stacked, cache, tenant=tenant, schema=schema, contract=contract, language=language, ttl=cache_ttl

@@ -5,6 +5,9 @@ query found in the entry's intent, input and output, as a share of the query's w
 is no result. With an embedder, by cosine between the query's and the entry's vectors (only positive cosines
 count); an entry whose embedding failed when it was recorded falls back to its word score, and so do all
 entries when the query cannot be embedded. Ties go to the newer entry.
+
+Every read takes a ``task``: then only the entries recorded for exactly that task count (tenants sharing a log
+never read each other's calls; an entry written before entries carried their task belongs to none).
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ def document(entry: OperationEntry) -> str:
     return "\n".join(part for part in (entry.intent or "", entry.input_preview, entry.output) if part)
 
 
+def of_task(entries: Sequence[OperationEntry], task: str | None) -> Sequence[OperationEntry]:
+    """``entries`` recorded for ``task`` (all of them when None)."""
+    return entries if task is None else tuple(entry for entry in entries if entry.task == task)
+
+
 def cosine(a: Sequence[float], b: Sequence[float]) -> float | None:
     """The cosine of two vectors; None when they cannot be compared (other length, or a zero vector)."""
     if len(a) != len(b):
@@ -48,7 +56,7 @@ class OperationLogBase:
     def __init__(self, embedder: EmbeddingModel | None) -> None:
         self._embedder = embedder
 
-    def entries(self) -> Sequence[OperationEntry]:  # pragma: no cover - every adapter overrides it
+    def entries(self, task: str | None = None) -> Sequence[OperationEntry]:  # pragma: no cover - overridden
         raise NotImplementedError
 
     def _keep(self, entry: OperationEntry) -> None:  # pragma: no cover - every adapter overrides it
@@ -59,8 +67,8 @@ class OperationLogBase:
             entry = replace(entry, embedding=await self._embed(document(entry)))
         self._keep(entry)
 
-    def stats(self) -> OperationStats:
-        entries = self.entries()
+    def stats(self, task: str | None = None) -> OperationStats:
+        entries = self.entries(task)
         successes = sum(entry.success for entry in entries)
         times = [entry.created_at for entry in entries]
         return OperationStats(
@@ -73,13 +81,13 @@ class OperationLogBase:
             newest=max(times, default=None),
         )
 
-    async def recall(self, query: str, k: int = 5) -> list[RecalledOperation]:
+    async def recall(self, query: str, k: int = 5, *, task: str | None = None) -> list[RecalledOperation]:
         if k < 1:
             raise ConfigurationError(f"recall needs k >= 1, got {k}")
         query_words = words(query)
         query_vector = await self._embed(query) if self._embedder is not None else None
         found: list[tuple[float, int, RecalledOperation]] = []
-        for index, entry in enumerate(self.entries()):
+        for index, entry in enumerate(self.entries(task)):
             similarity = cosine(query_vector, entry.embedding) if query_vector and entry.embedding else None
             if similarity is not None:
                 if similarity > 0:

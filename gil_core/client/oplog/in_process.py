@@ -6,7 +6,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 
-from gil_core.client.oplog._base import OperationLogBase
+from gil_core.client.oplog._base import OperationLogBase, of_task
 from gil_core.client.oplog.ports import OperationEntry
 from gil_core.errors import ConfigurationError
 from gil_core.llm.ports import EmbeddingModel
@@ -27,9 +27,9 @@ class InProcessOperationLog(OperationLogBase):
         self._entries: deque[OperationEntry] = deque(maxlen=max_entries or None)
         self._lock = threading.Lock()
 
-    def entries(self) -> Sequence[OperationEntry]:
+    def entries(self, task: str | None = None) -> Sequence[OperationEntry]:
         with self._lock:
-            return tuple(self._entries)
+            return of_task(tuple(self._entries), task)
 
     def _keep(self, entry: OperationEntry) -> None:
         with self._lock:

@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gil_core.client.oplog._base import OperationLogBase
+from gil_core.client.oplog._base import OperationLogBase, of_task
 from gil_core.client.oplog.ports import OperationEntry
 from gil_core.errors import ConfigurationError, TelemetryError
 from gil_core.llm.ports import EmbeddingModel
@@ -39,6 +39,7 @@ _log = logging.getLogger(__name__)
 def _to_json(entry: OperationEntry) -> str:
     row: dict[str, Any] = {
         "entry_id": entry.entry_id,
+        "task": entry.task,
         "created_at": entry.created_at.isoformat(timespec="microseconds"),
         "intent": entry.intent,
         "input_preview": entry.input_preview,
@@ -61,7 +62,8 @@ def _to_json(entry: OperationEntry) -> str:
 def _from_json(line: str) -> OperationEntry:
     row = json.loads(line)
     embedding = row.get("embedding")
-    # Fields added by a later version are ignored rather than making the line unreadable.
+    # Fields added by a later version are ignored rather than making the line unreadable; a field a line lacks
+    # (``task`` on lines written before entries carried it) takes its default.
     known = {name: value for name, value in row.items() if name in _FIELDS}
     return OperationEntry(
         **{
@@ -93,8 +95,9 @@ class JsonLinesOperationLog(OperationLogBase):
         """Where the files are."""
         return self._folder
 
-    def entries(self) -> Sequence[OperationEntry]:
-        """Every written entry in write order, then the pending ones; an unreadable line is skipped (warned)."""
+    def entries(self, task: str | None = None) -> Sequence[OperationEntry]:
+        """Every written entry in write order, then the pending ones (``task``'s only, when given); an unreadable
+        line is skipped (warned)."""
         written: list[OperationEntry] = []
         files = sorted(self._folder.glob(f"*{_SUFFIX}")) if self._folder.is_dir() else []
         for path in files:
@@ -104,7 +107,7 @@ class JsonLinesOperationLog(OperationLogBase):
                 except (ValueError, KeyError, TypeError):
                     _log.warning("operation log: %s line %d is unreadable; skipped", path.name, number)
         with self._lock:
-            return (*written, *self._pending)
+            return of_task((*written, *self._pending), task)
 
     def flush(self) -> None:
         """Write the pending entries as one durable file (nothing when none is pending)."""

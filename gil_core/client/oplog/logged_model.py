@@ -31,8 +31,9 @@ def input_preview(messages: Sequence[Message]) -> str:
 
 
 class LoggedChatModel:
-    """``inner`` with every call written to ``log``, attributed to ``provider``; ``target_type`` and ``tags``
-    are the defaults for calls whose ``call_options`` name none (options' tags are added to these)."""
+    """``inner`` with every call written to ``log``, attributed to ``provider`` and made for ``task`` (the
+    tenant: each entry carries it, so a read for one task never returns another's calls); ``target_type`` and
+    ``tags`` are the defaults for calls whose ``call_options`` name none (options' tags are added to these)."""
 
     def __init__(
         self,
@@ -40,12 +41,14 @@ class LoggedChatModel:
         log: OperationLog,
         *,
         provider: str,
+        task: str | None = None,
         target_type: str | None = None,
         tags: Sequence[str] = (),
     ) -> None:
         self._inner = inner
         self._log = log
         self._provider = provider
+        self._task = task
         self._target_type = target_type
         self._tags = tuple(tags)
 
@@ -104,6 +107,7 @@ class LoggedChatModel:
             duration_ms=(time.perf_counter() - started) * 1000.0,
             tags=(*self._tags, *(tag for tag in options.tags if tag not in self._tags)),
             error=f"{type(error).__name__}: {error}" if error is not None else None,
+            task=self._task,
         )
         try:
             await self._log.record(entry)

@@ -20,6 +20,8 @@ class OperationEntry:
     reply (empty when the call failed, with ``error`` saying why). ``attempts`` is the caller's attempt
     number (``call_options(attempt=...)``). ``duration_ms`` is the wall time of the call as the log saw it
     (limiter waits and a fallback included). ``embedding`` is set when the log embeds entries and that worked.
+    ``task`` is the task (tenant) the call was made for; None on entries written before the log kept it, or by a
+    ``LoggedChatModel`` given no task: a read for a task never returns them.
     """
 
     entry_id: str
@@ -38,6 +40,7 @@ class OperationEntry:
     tags: tuple[str, ...] = ()
     error: str | None = None
     embedding: tuple[float, ...] | None = None
+    task: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +77,15 @@ class OperationLog(Protocol):
         """Keep ``entry`` (embedding it first when the log embeds)."""
         ...
 
-    def entries(self) -> Sequence[OperationEntry]:
-        """Every entry kept, oldest first."""
+    def entries(self, task: str | None = None) -> Sequence[OperationEntry]:
+        """Every entry kept, oldest first; with ``task``, only that task's (the name compared whole)."""
         ...
 
-    def stats(self) -> OperationStats:
-        """Entries, success rate, tokens, oldest and newest."""
+    def stats(self, task: str | None = None) -> OperationStats:
+        """Entries, success rate, tokens, oldest and newest (of ``task``'s entries only, when given)."""
         ...
 
-    async def recall(self, query: str, k: int = 5) -> list[RecalledOperation]:
-        """The ``k`` entries most like ``query``, best first (see the adapters for how alike is measured)."""
+    async def recall(self, query: str, k: int = 5, *, task: str | None = None) -> list[RecalledOperation]:
+        """The ``k`` entries most like ``query``, best first (see the adapters for how alike is measured); with
+        ``task``, among that task's entries only."""
         ...
