@@ -38,7 +38,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -160,11 +160,25 @@ def _arm_task(task_file: TaskFile, arm: Arm) -> TaskDefinition:
     return replace(task_file.task, policy=policy)
 
 
-def _requests(spec: StreamSpec, arm: Arm, categories: dict[str, str | None]) -> list[Request]:
+def _sampled(spec: StreamSpec, arm: Arm, sample: int) -> bool:
+    return arm.sample and spec.size > sample
+
+
+def _arm_key(spec: StreamSpec, arm: Arm, sample: int) -> str:
+    """The arm's task and folder: a sampled arm's name says the sample size, so runs of two sizes never mix."""
+    return f"{arm.key}-s{sample}" if _sampled(spec, arm, sample) else arm.key
+
+
+def stream_positions(spec: StreamSpec) -> dict[str, int]:
+    """Each request's position in the stream (a sampled arm's figures start at the stream's position WARMUP)."""
+    return {request.id: index for index, request in enumerate(spec.load().requests[: spec.size])}
+
+
+def _requests(spec: StreamSpec, arm: Arm, categories: dict[str, str | None], sample: int) -> list[Request]:
     stream = spec.load()
     requests = list(stream.requests[: spec.size])
-    if arm.sample and len(requests) > SAMPLE:
-        chosen = set(random.Random(f"learned/{spec.name}").sample(range(len(requests)), SAMPLE))
+    if _sampled(spec, arm, sample):
+        chosen = set(random.Random(f"learned/{spec.name}").sample(range(len(requests)), sample))
         requests = [request for index, request in enumerate(requests) if index in chosen]
     if arm.grouped:  # all of one category, then the next (in order of first appearance); stable inside one
         order = list(dict.fromkeys(categories[r.id] for r in requests))
@@ -185,17 +199,17 @@ def categories_of(stream: Stream, tree: Tree) -> dict[str, str | None]:
     return out
 
 
-async def run_arm(spec: StreamSpec, arm: Arm, work: Path) -> list[Record]:
+async def run_arm(spec: StreamSpec, arm: Arm, work: Path, sample: int = SAMPLE) -> list[Record]:
     stream = spec.load()
-    task_file = _task_file(spec, arm.key, work)
+    key = _arm_key(spec, arm, sample)
+    task_file = _task_file(spec, key, work)
     task = _arm_task(task_file, arm)
     categories = categories_of(stream, task.tree)
-    requests = _requests(spec, arm, categories)
+    requests = _requests(spec, arm, categories, sample)
     chat = None if arm.local else standin_model(task.language.none_of_these)
-    _log(f"{spec.name} / {arm.key}: {len(requests)} requests")
-    return await run_chunks(
-        task_file, task, requests, work / spec.name / arm.key, categories=categories, chat=chat, log=_log
-    )
+    _log(f"{spec.name} / {key}: {len(requests)} requests")
+    return await run_chunks(task_file, task, requests, work / spec.name / key, categories=categories, chat=chat,
+                            log=_log)  # fmt: skip
 
 
 async def run_loco(spec: StreamSpec, work: Path) -> dict[str, Any]:
@@ -268,9 +282,14 @@ class ArmFigures:
     chunks: list[tuple[float, float, float]] = field(default_factory=list)  # (accuracy, settled, energy)
 
     @classmethod
-    def of(cls, key: str, title: str, records: Sequence[Record]) -> ArmFigures:
+    def of(
+        cls, key: str, title: str, records: Sequence[Record], positions: Mapping[str, int] | None = None
+    ) -> ArmFigures:
+        """``positions``: for a sampled arm, each request's position in the whole stream, which decides whether
+        it came after the warm-up (a baseline's answers do not depend on its own position)."""
         figures = cls(key, title, len(records))
-        figures.later = [r for r in records if r.position >= WARMUP and r.never_seen]
+        where = (lambda r: positions[r.id]) if positions is not None else (lambda r: r.position)
+        figures.later = [r for r in records if where(r) >= WARMUP and r.never_seen]
         for start in range(0, len(records), CHUNK):
             chunk = records[start : start + CHUNK]
             figures.chunks.append(
@@ -503,22 +522,34 @@ def _unit(vector: np.ndarray) -> np.ndarray:
 # -- the command ----------------------------------------------------------------------------------------------
 
 
-async def _run(parts: set[str], streams: Sequence[StreamSpec], work: Path) -> dict[str, Any]:
-    results: dict[str, Any] = {}
-    for spec in streams:
-        mine: dict[str, Any] = {}
-        if "design" in parts:
-            for arm in DESIGN_ARMS:
-                mine[arm.key] = await run_arm(spec, arm, work)
-            mine["loco"] = await run_loco(spec, work)
-        if "local" in parts:
-            for arm in ARMS:
-                mine[arm.key] = await run_arm(spec, arm, work)
-        results[spec.name] = mine
+# The order arms run in, over every stream at each step, so a run cut short (it may span several sittings) has
+# the figures the targets read first: the learned arm, then the stand-in and leave-one-out designs, then the
+# LLM baselines (the slowest), then the per-node pooling comparison.
+RUN_ORDER = ("learned", "standin", "loco", "standin-grouped", "reflex", "generation", "standin-node")
+
+
+async def _run(parts: set[str], streams: Sequence[StreamSpec], work: Path, sample: int) -> dict[str, Any]:
+    arms = {arm.key: (arm, "local") for arm in ARMS} | {arm.key: (arm, "design") for arm in DESIGN_ARMS}
+    results: dict[str, Any] = {spec.name: {} for spec in streams}
+    for key in RUN_ORDER:
+        for spec in streams:
+            if key == "loco":
+                if "design" in parts:
+                    results[spec.name]["loco"] = await run_loco(spec, work)
+                continue
+            arm, part = arms[key]
+            if part in parts:
+                results[spec.name][key] = await run_arm(spec, arm, work, sample)
     return results
 
 
-def sections(results: dict[str, Any], streams: Sequence[StreamSpec], plots: Path) -> list[Section]:
+def _titled(arm: Arm, spec: StreamSpec, sample: int) -> str:
+    return f"{arm.title} (a random sample of {sample})" if _sampled(spec, arm, sample) else arm.title
+
+
+def sections(
+    results: dict[str, Any], streams: Sequence[StreamSpec], plots: Path, sample: int = SAMPLE
+) -> list[Section]:
     main = Section(
         "Learned reflex",
         COMMAND,
@@ -538,7 +569,14 @@ def sections(results: dict[str, Any], streams: Sequence[StreamSpec], plots: Path
     )
     for spec in streams:
         mine = results.get(spec.name, {})
-        arms = {arm.key: ArmFigures.of(arm.key, arm.title, mine[arm.key]) for arm in ARMS if arm.key in mine}
+        positions = stream_positions(spec)
+        arms = {
+            arm.key: ArmFigures.of(
+                arm.key, _titled(arm, spec, sample), mine[arm.key], positions if _sampled(spec, arm, sample) else None
+            )
+            for arm in ARMS
+            if arm.key in mine
+        }
         if arms:
             plot = plot_stream(spec, arms, plots / f"learned-{spec.name}.png")
             learned = arms.get("learned")
@@ -574,6 +612,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--streams", default=",".join(spec.name for spec in STREAMS))
     parser.add_argument("--work", type=Path, default=WORK, help="where chunks are written (and resumed from)")
     parser.add_argument("--fresh", action="store_true", help="forget earlier chunks and start over")
+    baselines = f"requests in the LLM baselines' random sample on longer streams (default {SAMPLE})"
+    parser.add_argument("--sample", type=int, default=SAMPLE, help=baselines)
     add_output_options(parser)
     options = parser.parse_args(argv)
     parts = set(options.parts.split(","))
@@ -583,12 +623,12 @@ def main(argv: list[str] | None = None) -> None:
     work = options.work / ("quick" if options.quick else "full")
     if options.fresh:
         shutil.rmtree(work, ignore_errors=True)
-    results = asyncio.run(_run(parts, chosen, work))
+    results = asyncio.run(_run(parts, chosen, work, options.sample))
     (work / "results.json").write_text(
         json.dumps({name: {k: len(v) for k, v in mine.items()} for name, mine in results.items()}), encoding="utf-8"
     )
     plots = (ROOT / "docs" / "bench") if not options.quick else work / "plots"
-    found = sections(results, chosen, plots)
+    found = sections(results, chosen, plots, options.sample)
     if "timing" in parts:
         found.append(timing_section(options.quick))
     publish(found, destination(options))

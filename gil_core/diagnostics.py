@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -137,13 +138,14 @@ class Diagnostics:
         )
 
     @contextmanager
-    def resolve_span(self, task: str) -> Iterator[ResolveSpan]:
+    def resolve_span(self, task: str, *, private: bool = False) -> Iterator[ResolveSpan]:
         """Open ``gil.resolve`` as the current span, so call spans opened inside the block nest under it.
 
         On exit the outcome given to ``ResolveSpan.finish`` becomes the span's ``gil.mode``, ``gil.memory``,
         ``gil.energy``, ``gil.confidence`` and ``gil.failure`` attributes (mode "unknown" if ``finish`` was
         never called) and the resolution metrics are recorded. An exception escaping the block is recorded on
-        the span, sets status ERROR and mode "error" (metrics included), and propagates.
+        the span, sets status ERROR and mode "error" (metrics included), and propagates. For a ``private``
+        (do-not-record) request the exception is recorded by its type only: its message may quote the request.
         """
         with self._tracer.start_as_current_span(
             "gil.resolve",
@@ -157,8 +159,7 @@ class Diagnostics:
             try:
                 yield handle
             except BaseException as exc:
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                _record_error(span, exc, private=private)
                 self._end_resolution(span, task, "error", handle._outcome, started)
                 raise
             outcome = handle._outcome
@@ -173,8 +174,8 @@ class Diagnostics:
         """Open ``gil.call`` as a child of the current span (normally a ``gil.resolve``) for one model call.
 
         On exit the usage given to ``CallSpan.finish`` becomes the span's token and energy attributes and is
-        recorded in ``gil.call.energy``. An exception escaping the block is recorded on the span, sets status
-        ERROR, and propagates.
+        recorded in ``gil.call.energy``. An exception escaping the block is recorded on the span (by its type
+        only for a do-not-record call, ``call_options``), sets status ERROR, and propagates.
         """
         attributes: dict[str, str | int] = {"gil.role": role, "gil.model": model}
         if node_id is not None:
@@ -188,8 +189,10 @@ class Diagnostics:
             try:
                 yield handle
             except BaseException as exc:
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                # Imported here: gil_core.llm's recorder imports this module.
+                from gil_core.llm.options import current_call_options
+
+                _record_error(span, exc, private=current_call_options().do_not_record)
                 raise
             finally:
                 usage = handle._usage
@@ -220,6 +223,20 @@ class Diagnostics:
         self._resolutions.add(1, labels)
         self._resolution_energy.record(energy, labels)
         self._resolution_duration.record(time.perf_counter() - started, labels)
+
+
+def _record_error(span: Span, error: BaseException, *, private: bool) -> None:
+    """The exception as a span event and the status ERROR. For a do-not-record request or call only its type: the
+    message, and the traceback's last lines (which repeat it and its causes'), may quote the request."""
+    kind = type(error).__name__
+    if not private:
+        span.record_exception(error)
+        span.set_status(Status(StatusCode.ERROR, f"{kind}: {error}"))
+        return
+    withheld = "(not recorded: the request is not to be recorded)"
+    frames = "".join(traceback.format_tb(error.__traceback__))
+    span.record_exception(error, {"exception.message": withheld, "exception.stacktrace": frames})
+    span.set_status(Status(StatusCode.ERROR, kind))
 
 
 _default: Diagnostics | None = None

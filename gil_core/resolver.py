@@ -152,15 +152,17 @@ class Resolver:
         calls: list[CallRecord] = []
         failed: MemoryUnavailableError | None = None
         with (
-            self._diagnostics.resolve_span(task.name) as span,
+            self._diagnostics.resolve_span(task.name, private=private) as span,
             trace_scope(trace_id, collect=calls),
             call_options(do_not_record=True) if private else nullcontext(),
         ):
             try:
-                outcome = await self._resolve(task, text, trace_id)
+                outcome = await self._resolve(task, text, trace_id, private=private)
             except MemoryUnavailableError as exc:  # only with the "error" memory-failure policy
-                failed = exc
-                outcome = _Outcome("abstain", memory="failed", failure=f"memory failed: {exc}")
+                failed = _unquoted_error(exc, text) if private else exc
+                outcome = _Outcome("abstain", memory="failed", failure=f"memory failed: {failed}")
+            if private:
+                _unquote(outcome, text)
             energy = sum(call.energy for call in calls)
             span.finish(
                 mode=outcome.mode,
@@ -208,12 +210,15 @@ class Resolver:
             explored_output=outcome.explored_output,
         )
 
-    async def _resolve(self, task: TaskDefinition, text: str, trace_id: str) -> _Outcome:
+    async def _resolve(self, task: TaskDefinition, text: str, trace_id: str, *, private: bool) -> _Outcome:
         recall, memory_outcome = await self._lookup(task, text)
         if recall is not None and recall.hit and task.policy.memory_guard and recall.text is not None:
             verdict = _GUARD.check(text, recall.text)
             if not verdict.allowed:  # similar, but not the same request: a miss that says why
-                recall, memory_outcome = replace(recall, hit=False, error=f"guard: {verdict.reason}"), "miss"
+                reason = verdict.reason or ""
+                if private:  # the kind of difference only: the reason quotes both requests' numbers and words
+                    reason = reason.split(":", 1)[0]
+                recall, memory_outcome = replace(recall, hit=False, error=f"guard: {reason}"), "miss"
         if recall is not None and recall.hit and task.policy.memory_verify is not None:
             recall = await self._verified(task, text, recall)
             memory_outcome = "hit" if recall.hit else "miss"
@@ -456,11 +461,12 @@ class Resolver:
         return await self._require_learner(task).refresh(task, force=force)
 
     def feedback_history(self, task: str) -> list[FeedbackEvent]:
-        """Every verdict the store holds for ``task``, in the order the requests came in."""
+        """Every verdict the store holds for ``task`` (the latest on each trace), in the order they were given, as
+        live feedback taught memory: the store's write order (its order key, which no clock skew reorders), not
+        the requests' ``created_at``."""
         traces = (
             self._store.scan("traces")
             .filter((pl.col("task") == task) & pl.col("feedback_verdict").is_not_null())
-            .sort("created_at", maintain_order=True)
             .collect()
         )
         return [
@@ -622,6 +628,47 @@ class Resolver:
             [{"task": task.name, "created_at": utc_now(), "config": json.dumps(config, ensure_ascii=False)}],
         )
         self._configs[task.name] = config
+
+
+_MASK = "***"
+_QUOTED_RUN = 8
+"""The shortest run of a request's characters taken out of a message on its own: shorter runs occur in any
+wording (the adapter's secrets are redacted by the same rule, ``gil_core._redaction``)."""
+
+
+def _unquoted(message: str, text: str) -> str:
+    """``message`` with every run of at least ``_QUOTED_RUN`` characters of ``text`` replaced by ``***`` (a text
+    shorter than that, where it appears whole): what an exception or a server says about a do-not-record request
+    may quote it, whole or cut short. Linear in both lengths; the memory it takes is bounded by the message's."""
+    if len(text) < _QUOTED_RUN:
+        return message.replace(text, _MASK) if text.strip() else message
+    run = _QUOTED_RUN
+    grams = {message[start : start + run] for start in range(len(message) - run + 1)}
+    quoted = {gram for start in range(len(text) - run + 1) if (gram := text[start : start + run]) in grams}
+    hidden = [False] * len(message)
+    for start in range(len(message) - run + 1):
+        if message[start : start + run] in quoted:
+            hidden[start : start + run] = [True] * run
+    pieces = [
+        _MASK if hide else char
+        for index, (char, hide) in enumerate(zip(message, hidden, strict=True))
+        if not (hide and index and hidden[index - 1])  # one mask per hidden run
+    ]
+    return "".join(pieces)
+
+
+def _unquote(outcome: _Outcome, text: str) -> None:
+    """Take the request's words out of a do-not-record request's failure and memory error (both are stored)."""
+    if outcome.failure is not None:
+        outcome.failure = _unquoted(outcome.failure, text)
+    if outcome.recall is not None and outcome.recall.error is not None:
+        outcome.recall = replace(outcome.recall, error=_unquoted(outcome.recall.error, text))
+
+
+def _unquoted_error(error: MemoryUnavailableError, text: str) -> MemoryUnavailableError:
+    """The memory failure a do-not-record request raises: its message unquoted, and no cause attached (a
+    traceback prints the cause's message, which may quote the request)."""
+    return MemoryUnavailableError(_unquoted(error.reason, text), task=error.task, open_until=error.open_until)
 
 
 def _generated(generation: Generation | str) -> tuple[str | None, str | None]:

@@ -8,7 +8,7 @@ from typing import Any, Generic, TypeVar
 
 from gil_core.errors import ConfigurationError
 from gil_core.fallback.contracts import Violation
-from gil_core.llm.options import Contract, call_options
+from gil_core.llm.options import Contract, call_options, current_call_options
 from gil_core.llm.ports import ChatModel, Message
 from gil_core.llm.recorder import call_scope
 from gil_core.telemetry.records import CallRole
@@ -24,7 +24,9 @@ def check_budget(max_attempts: int, max_tokens: int) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Attempts(Generic[T]):
-    """How a run of attempts ended: the accepted value, or the last complaint and reply when none was."""
+    """How a run of attempts ended: the accepted value, or the last complaint and reply when none was. The
+    complaint of a do-not-record call does not quote the reply (``Violation.unquoted``): a reply can echo its
+    request, and a complaint ends up in the trace's failure, the results file and the logs."""
 
     value: T | None
     attempts: int
@@ -57,8 +59,10 @@ class Asker:
         Each call carries its attempt number and ``contract`` in ``call_options``, so a request cache serves
         only first attempts and re-validates what it stored against the contract of this call."""
         complaint: str | None = None
+        kept: str | None = None
         output: str | None = None
         energy = 0.0
+        private = current_call_options().do_not_record
         for attempt in range(1, self.max_attempts + 1):
             with call_options(attempt=attempt, contract=contract), call_scope(self.role, node_id=node_id) as scope:
                 completion = await self.model.complete(
@@ -69,5 +73,6 @@ class Asker:
             verdict = check(output)
             if not isinstance(verdict, Violation):
                 return Attempts(verdict, attempt, None, output, energy)
-            complaint = verdict.complaint
-        return Attempts(None, self.max_attempts, complaint, output, energy)
+            complaint = verdict.complaint  # the model is told what it said
+            kept = verdict.recordable if private else verdict.complaint
+        return Attempts(None, self.max_attempts, kept, output, energy)

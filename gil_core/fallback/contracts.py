@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from gil_core.errors import ConfigurationError
@@ -39,9 +39,25 @@ class Accepted:
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    """The reply broke the contract; ``complaint`` says how, in the task's language."""
+    """The reply broke the contract; ``complaint`` says how, in the task's language.
+
+    ``unquoted`` is the same complaint with the reply's words replaced by their count, where ``complaint`` quotes
+    them (None: it quotes nothing). A reply can echo its request, so what a do-not-record call keeps is this one;
+    the model itself is still told what it said."""
 
     complaint: str
+    unquoted: str | None = field(default=None, compare=False)
+
+    @property
+    def recordable(self) -> str:
+        """The complaint without the reply's words: ``unquoted`` when there is one, else ``complaint``."""
+        return self.unquoted if self.unquoted is not None else self.complaint
+
+
+def _quoting(template: str, answer: str, **values: object) -> Violation:
+    """A complaint that quotes the reply (``{value}`` in ``template``), with its unquoted twin."""
+    unquoted = f"({len(answer)} characters, not quoted)"
+    return Violation(fill(template, {**values, "value": answer}), fill(template, {**values, "value": unquoted}))
 
 
 Verdict = Accepted | Violation
@@ -113,7 +129,7 @@ def _one_of(output: str, allowed: tuple[str, ...], language: PromptLanguage) -> 
     if not answer:
         return _empty(language)
     if answer not in allowed:
-        return Violation(fill(language.violation_not_a_choice, {"value": answer}))
+        return _quoting(language.violation_not_a_choice, answer)
     return Accepted(answer)
 
 
@@ -136,10 +152,9 @@ class ScoreContract:
         if not answer:
             return _empty(language)
         if _INTEGER.fullmatch(answer) is None:
-            return Violation(fill(language.violation_not_integer, {"value": answer}))
+            return _quoting(language.violation_not_integer, answer)
         if not self.low <= int(answer) <= self.high:
-            bounds = {"value": answer, "low": self.low, "high": self.high}
-            return Violation(fill(language.violation_out_of_range, bounds))
+            return _quoting(language.violation_out_of_range, answer, low=self.low, high=self.high)
         return Accepted(answer)
 
 

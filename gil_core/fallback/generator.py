@@ -22,7 +22,8 @@ __all__ = ["FallbackGenerator", "Generation", "build_fallback_messages"]
 @dataclass(frozen=True, slots=True)
 class Generation:
     """What generation produced: the accepted answer (None when every attempt broke the contract), the calls
-    it took, the last complaint when it failed, the priced energy, and whether it reran under the whole tree."""
+    it took, the last complaint when it failed (for a do-not-record call, without the reply's words: a reply can
+    echo its request), the priced energy, and whether it reran under the whole tree."""
 
     output: str | None
     attempts: int

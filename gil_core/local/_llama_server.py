@@ -16,13 +16,22 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import os
+import signal
+import threading
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["TimingsMiddleware", "add_timings", "main"]
+__all__ = ["OWNER_ENV", "TimingsMiddleware", "add_timings", "main"]
 
 _CHAT_PATH = "/v1/chat/completions"
+OWNER_ENV = "GIL_LLAMA_OWNER_PID"
+"""The process id of the process that owns this server (unset for a shared server): the server stops when that
+process is gone, however it ended (a SIGKILL runs no cleanup), instead of holding its memory and port forever."""
+_OWNER_POLL_SECONDS = 1.0
+_STOP_GRACE_SECONDS = 5.0
 
 # The middleware puts a fresh dict here for each chat request; the wrapped completion (run in a worker
 # thread, which inherits a copy of this context) fills that same dict with the counters.
@@ -139,8 +148,28 @@ def _count_performance(method: Callable[..., Any]) -> Callable[..., Any]:
     return create_chat_completion
 
 
+def watch_owner(owner: int, *, poll_seconds: float = _OWNER_POLL_SECONDS) -> threading.Thread:
+    """A daemon thread that stops this process once ``owner`` is no longer its parent (the owner ended and the
+    process was reparented): SIGTERM first, so the server shuts down as it does when stopped; if it is still
+    running a few seconds later, exit at once."""
+
+    def watch() -> None:
+        while os.getppid() == owner:
+            time.sleep(poll_seconds)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(_STOP_GRACE_SECONDS)
+        os._exit(0)
+
+    thread = threading.Thread(target=watch, name="gil-owner-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def main() -> None:
     """Run llama-cpp-python's server (its own command line) with timings in chat completion replies."""
+    owner = os.environ.get(OWNER_ENV)
+    if owner:
+        watch_owner(int(owner))
     # Typed as Any: rebinding attributes of the server's modules is what this function is for.
     llama: Any = importlib.import_module("llama_cpp").Llama
     server_main: Any = importlib.import_module("llama_cpp.server.__main__")

@@ -27,6 +27,7 @@ from filelock import FileLock
 
 from gil_core.errors import ConfigurationError, ModelUnavailableError
 from gil_core.llm.openai_compat import OpenAICompatibleChatModel
+from gil_core.local._llama_server import OWNER_ENV
 from gil_core.local._packages import package_file
 
 __all__ = ["LocalLLMServer", "LocalServerError", "default_cache_dir", "find_smollm2_gguf"]
@@ -320,8 +321,11 @@ class LocalLLMServer:
         self._port = port
         started = time.perf_counter()
         with self.log_path.open("wb") as log:
+            # A server of this process's own stops when this process is gone (a shared one outlives it).
+            owner = {} if detached else {OWNER_ENV: str(os.getpid())}
             self._process = subprocess.Popen(
                 self._command(port),
+                env={**{k: v for k, v in os.environ.items() if k != OWNER_ENV}, **owner},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

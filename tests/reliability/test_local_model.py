@@ -61,3 +61,54 @@ async def test_a_batch_outlives_the_local_server_stopping_midway(server: LocalLL
     assert failures[0] is None and traces["output"][0]  # answered before the stop
     assert all(failure and "cannot reach the server" in failure for failure in failures[1:]), failures
     assert traces["output"].to_list()[1:] == [None, None, None]
+
+
+OWNER = """
+import sys
+from gil_core.local import LocalLLMServer
+server = LocalLLMServer(cache_dir=sys.argv[1])
+server.start()
+print(server.pid, flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+def test_the_local_model_server_stops_when_the_process_that_started_it_is_killed(tmp_path: Path) -> None:
+    """A process starts the real server and is SIGKILLed (no cleanup runs): the server notices it lost its owner
+    and stops, instead of holding its memory and port (found: it ran on, reparented to init)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.reliability._support import ROOT
+
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(tmp_path / "cache")],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert owner.stdout is not None
+    line = owner.stdout.readline()
+    assert line.strip().isdigit(), line
+    pid = int(line)
+    os.kill(owner.pid, signal.SIGKILL)
+    owner.wait(timeout=30)
+    deadline = time.monotonic() + 30.0  # a bound on how long it may take, not a timing claim
+
+    def alive() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    still = alive()
+    if still:
+        os.kill(pid, signal.SIGKILL)
+    assert not still, "the server outlived its owner by 30 s"
