@@ -8,7 +8,7 @@ Durability model
 * **Where.** The root is a local folder or an ``s3://bucket/prefix`` (``gil_core.storage``; endpoint, keys and
   region from ``GIL_S3_*``). Polars reads and writes both natively; pyarrow's S3 filesystem lists and deletes.
 * **Append.** Each ``append`` writes ONE new Parquet file ``<ns>-<pid>-<random>.parquet`` (``ns`` is the
-  write-order stamp). Locally it is written under a temporary dot-name in the same folder, flushed and
+  order key, see below). Locally it is written under a temporary dot-name in the same folder, flushed and
   ``os.fsync``-ed, ``os.replace``-d to its final name, then the folder is ``os.fsync``-ed. On object storage it
   is one PUT of the whole object under its final name (S3 shows an object whole or not at all, and answers the
   PUT only once the object is stored). Outside a commit group, returning from ``append`` (and so from
@@ -33,12 +33,20 @@ Durability model
   written, and the next ``flush()`` or the block's exit raises one ``SchemaViolationError`` naming the table and
   each rejected append (its key values). Batches use it (``gil_core.batch.resolve_batch``): a ticket counts as
   resolved once its trace is flushed, and a rerun resolves again the tickets whose trace never was.
-* **Supersede.** Every stored row carries an internal ``_seq`` column (the ns write stamp, monotonic within
-  a process; ``read``/``scan`` drop it). In a keyed table (``schemas.KEYS``: ``traces`` by ``trace_id``,
-  ``calls`` by ``call_id``, ``run_configs`` by ``task``, ``store_meta`` by ``key``, …) the row with the
-  highest ``_seq`` per key wins on read: recording a trace again (with its feedback) updates it. A tie (the
-  same ns in two processes: practically never) goes to the row read last; within one append the last row
-  per key wins. ``reviews`` is a log and keeps every row. Rows come in write order (``_seq``).
+* **Supersede.** Every stored row carries an internal ``_seq`` column, its order key (``read``/``scan`` drop
+  it). In a keyed table (``schemas.KEYS``: ``traces`` by ``trace_id``, ``calls`` by ``call_id``,
+  ``run_configs`` by ``task``, ``store_meta`` by ``key``, …) the row with the highest ``_seq`` per key wins on
+  read: recording a trace again (with its feedback) updates it. ``reviews`` is a log and keeps every row. Rows
+  come in write order (``_seq``).
+* **The order key** is a hybrid logical clock's stamp (``_clock.HybridClock``, one per store object): nanoseconds,
+  at least the wall clock and above every stamp this object has listed (file names and compacted ranges, on
+  every read, scan and compaction) or written. So a row written after its writer read another is ordered after
+  it, even when the writer's clock is behind: a verdict applied by a process whose clock is an hour slow still
+  supersedes the trace it read. Nothing is counted in the store (a listing is all it takes, on ``s3://`` too).
+  Two writers that saw nothing of each other may stamp the same value: the row read last wins (names sort by
+  stamp, then pid and randomness), the same in every reader; within one append the last row per key wins. Files
+  say their key's version in their metadata (``_clock.ORDER_KEY``); files written before the clock have none,
+  and their wall-clock stamps are read as they are (see ``_clock``).
 * **Reading without sorting.** File names start with their ``_seq`` and an appended file's rows all carry it;
   a compacted file records the range of ``_seq`` it holds (``gil.seq_range``). When, in name order, no file
   starts below the highest ``_seq`` before it (always, unless a compaction raced a slow append), the files
@@ -95,6 +103,7 @@ import polars as pl
 
 from gil_core.errors import ConfigurationError, GilError, SchemaViolationError, TelemetryError
 from gil_core.storage import Folder, LocalFolder, ObjectFolder, S3Settings, load_s3_settings, location
+from gil_core.telemetry._clock import ORDER_KEY, ORDER_KEY_VERSION, HybridClock
 from gil_core.telemetry._group import (
     WRITE_ORDER,
     CommitGroup,
@@ -157,10 +166,11 @@ class _Compacted:
 
 class TelemetryStore:
     """Telemetry tables under ``root`` (a folder, or an ``s3://bucket/prefix`` string), one folder each;
-    implements ``TraceSink``. ``s3`` overrides the ``GIL_S3_*`` settings of an object store. See the module doc.
+    implements ``TraceSink``. ``s3`` overrides the ``GIL_S3_*`` settings of an object store; ``clock`` stamps the
+    order key (default: a ``HybridClock`` over this machine's clock). See the module doc.
     """
 
-    def __init__(self, root: str | Path, *, s3: S3Settings | None = None) -> None:
+    def __init__(self, root: str | Path, *, s3: S3Settings | None = None, clock: HybridClock | None = None) -> None:
         self._location = location(root)
         self._s3: S3Settings | None = None
         if isinstance(self._location, str):
@@ -169,8 +179,7 @@ class TelemetryStore:
             self._filesystem = functools.cache(lambda: settings.filesystem(bucket))
         self._folders: dict[str, Folder] = {}
         self._compacted: dict[str, _Compacted] = {}  # compacted file (source) → its metadata (immutable)
-        self._seq_lock = threading.Lock()
-        self._last_seq = 0
+        self._clock = clock if clock is not None else HybridClock()
         self._queue_lock = threading.Lock()  # the open group's queue, listeners and rejections
         self._flush_lock = threading.RLock()  # one flush at a time: files of one group precede the next group's
         self._group: CommitGroup | None = None
@@ -485,11 +494,6 @@ class TelemetryStore:
         # Raised outside the handler, so no chained exception carries the library's unredacted text.
         raise TelemetryError(f"table {table!r} at {self._location}: could not {what} ({reason})")
 
-    def _next_seq(self) -> int:
-        with self._seq_lock:  # never reuse or go back within a process, even if the wall clock steps back
-            self._last_seq = max(time.time_ns(), self._last_seq + 1)
-            return self._last_seq
-
     def _validated(self, table: str, rows: Sequence[Mapping[str, Any]] | pl.DataFrame) -> pl.DataFrame:
         frame = conform(table, rows)
         validate_frame(table, frame)
@@ -500,12 +504,13 @@ class TelemetryStore:
         key = KEYS.get(table)
         if key and frame.height > 1:
             frame = frame.unique(subset=list(key), keep="last", maintain_order=True)
-        seq = self._next_seq()
+        seq = self._clock.now()
         stamped = frame.hstack([pl.Series(_SEQ, [seq] * frame.height, dtype=pl.Int64)])
         folder = self._folder(table)
         name = _file_name(seq, _SUFFIX)
+        metadata = {ORDER_KEY: ORDER_KEY_VERSION}
         try:
-            self._guarded(table, "append", lambda: folder.write_parquet(name, stamped))
+            self._guarded(table, "append", lambda: folder.write_parquet(name, stamped, metadata=metadata))
         except OSError as exc:  # a local folder: the temporary file is gone, nothing partial is left
             raise _write_error(table, folder, exc) from exc
         self._sound.add(str(folder.source(name)))
@@ -558,10 +563,11 @@ class TelemetryStore:
                 return 0  # too slow: another compactor may take the table over, so leave it as it is
             seq = merged.get_column(_SEQ)
             seq_range = (seq.min(), seq.max()) if merged.height and not seq.has_nulls() else None
-            metadata = {_REPLACES: json.dumps(sources)}
+            # Older files' wall-clock stamps are kept as they are (see ``_clock``): the merged file is version 1.
+            metadata = {_REPLACES: json.dumps(sources), ORDER_KEY: ORDER_KEY_VERSION}
             if seq_range is not None:
                 metadata[_SEQ_RANGE] = json.dumps(seq_range)
-            name = _file_name(self._next_seq(), _COMPACTED_SUFFIX)
+            name = _file_name(self._clock.now(), _COMPACTED_SUFFIX)
             folder.write_parquet(name, merged, metadata=metadata)
             self._sound.add(str(folder.source(name)))
             self._compacted[str(folder.source(name))] = _Compacted(frozenset(sources), _int_pair(seq_range))
@@ -581,12 +587,28 @@ class TelemetryStore:
                 compacted.add(name)
                 replaced |= known.replaces
         names = [name for name in names if name in compacted or not name.endswith(_COMPACTED_SUFFIX)]
+        self._observe(folder, names)
         live = [name for name in names if name not in replaced]
         return _Listing(
             live=tuple(self._usable(table, folder, live) if checked else live),
             replaced=tuple(name for name in names if name in replaced),
             compacted=frozenset(compacted),
         )
+
+    def _observe(self, folder: Folder, names: Sequence[str]) -> None:
+        """Advance the clock past every stamp these listed files hold (see the module doc, "The order key"): a
+        file's name starts with its stamp, a compacted file's metadata gives the range of the rows it holds."""
+        highest = 0
+        for name in names:
+            if name.endswith(_COMPACTED_SUFFIX):
+                span = self._compacted[str(folder.source(name))].seq_range
+                if span is not None:
+                    highest = max(highest, span[1])
+            head = name.split("-", 1)[0]
+            if head.isdigit():
+                highest = max(highest, int(head))
+        if highest:
+            self._clock.observe(highest)
 
     def _compacted_file(self, table: str, folder: Folder, name: str) -> _Compacted | None:
         """What a compacted file's metadata says; None when it does not decode (the file is set aside then)."""
