@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -14,18 +15,18 @@ from prefect.settings import PREFECT_API_URL
 
 from flows._prefect import RunnerKind, artifact_key, batch_task_runner, ensure_endpoint_limits, gil_task
 from gil_core.batch import (
+    MAX_LINE_BYTES,
     BadInput,
     BatchReport,
     Ticket,
     apply_verdicts,
+    chunk_sizes,
+    iter_tickets,
     model_endpoints,
-    pending_tickets,
-    plan_chunks,
-    read_tickets,
+    pending_chunks,
     read_verdicts,
     resolve_batch,
     share_client_budget,
-    ticket_trace_id,
     write_results,
 )
 from gil_core.reporting import decider_table, stats_markdown, stats_table
@@ -34,22 +35,38 @@ from gil_core.taskfile import load_task_file
 from gil_core.telemetry import TelemetryStore
 
 
+def valid_tickets(tickets_path: str, max_line_bytes: int, on_bad: list[BadInput] | None = None) -> Iterator[Ticket]:
+    """The valid tickets of the file, streamed; its bad lines go to ``on_bad`` (when given) and the run's log."""
+    for item in iter_tickets(tickets_path, max_line_bytes=max_line_bytes):
+        if isinstance(item, Ticket):
+            yield item
+        elif on_bad is not None:
+            get_run_logger().warning("skipped %s", item)
+            on_bad.append(item)
+
+
 @gil_task(name="plan batch")
 def plan_batch(
-    task_file: str, tickets_path: str, workers: int
-) -> tuple[list[list[Ticket]], list[Ticket], list[BadInput]]:
-    """The chunks of tickets still without a trace (one chunk without parallel workers), every valid ticket,
-    and the bad input lines."""
+    task_file: str, tickets_path: str, workers: int, max_line_bytes: int = MAX_LINE_BYTES
+) -> tuple[list[int], int, list[BadInput]]:
+    """The sizes of the chunks of tickets still without a trace (one chunk without parallel workers, unless it
+    would pass ``chunk_sizes``' bound), how many valid tickets the file holds, and its bad lines. The file is
+    streamed: no ticket is held past its window."""
     logger = get_run_logger()
     loaded = load_task_file(task_file)
-    tickets, bad = read_tickets(tickets_path)
-    for item in bad:
-        logger.warning("skipped %s", item)
-    todo = pending_tickets(TelemetryStore(loaded.store), loaded.task.name, tickets)
-    chunks = plan_chunks(todo, workers, per_worker=4 if workers > 1 else 1)
-    done = len(tickets) - len(todo)
-    logger.info("%d tickets, %d already resolved, %d in %d chunks", len(tickets), done, len(todo), len(chunks))
-    return chunks, tickets, bad
+    bad: list[BadInput] = []
+    valid = 0
+
+    def counted() -> Iterator[Ticket]:
+        nonlocal valid
+        for ticket in valid_tickets(tickets_path, max_line_bytes, bad):
+            valid += 1
+            yield ticket
+
+    todo = sum(len(chunk) for chunk in pending_chunks(TelemetryStore(loaded.store), loaded.task.name, counted(), []))
+    sizes = chunk_sizes(todo, workers, per_worker=4 if workers > 1 else 1)
+    logger.info("%d tickets, %d already resolved, %d in %d chunks", valid, valid - todo, todo, len(sizes))
+    return sizes, valid, bad
 
 
 SLOT_WAIT_SECONDS = 600.0
@@ -97,20 +114,44 @@ async def resolve_chunk(
         report = await resolve_batch(runtime.resolver, loaded.task, tickets, concurrency=in_flight, progress=progress)
     for item in report.failed:
         logger.warning("ticket failed: %s", item)
+    report.trace_ids = {}  # the flow derives them; sent back, they would carry the chunk's tickets with them
     return report
+
+
+def resolve_chunks(
+    runner: Any, chunks: Iterable[list[Ticket]], parameters: dict[str, Any], *, ahead: int
+) -> list[BatchReport]:
+    """Submit ``resolve_chunk`` for each chunk as the stream yields it, at most ``ahead`` not finished at once:
+    the flow holds those chunks' tickets, never the whole batch's."""
+    reports: list[BatchReport] = []
+    running: deque[Any] = deque()
+    for chunk in chunks:
+        if len(running) >= ahead:
+            reports.append(running.popleft().result())
+        running.append(runner.submit(resolve_chunk, {**parameters, "tickets": chunk}))
+    reports += [future.result() for future in running]
+    return reports
 
 
 @gil_task(name="write results")
 def finish_batch(
-    task_file: str, tickets: list[Ticket], reports: list[BatchReport], bad: list[BadInput], out: str | None
+    task_file: str,
+    tickets_path: str,
+    valid: int,
+    reports: list[BatchReport],
+    bad: list[BadInput],
+    out: str | None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> dict[str, Any]:
-    """Merge the chunks' reports into the batch's, and write one result line per ticket."""
+    """Merge the chunks' reports into the batch's, and write one result line per ticket (the file read again,
+    streamed)."""
     loaded = load_task_file(task_file)
     report = BatchReport.merged(reports)
-    report.skipped = len(tickets) - report.resolved - len(report.failed)
-    report.trace_ids = {ticket.id: ticket_trace_id(loaded.task.name, ticket.id) for ticket in tickets}
+    report.tickets = valid
+    report.skipped = valid - report.resolved - len(report.failed)
     report.failed[:0] = bad
-    written = write_results(TelemetryStore(loaded.store), loaded.task, report, out) if out else 0
+    store = TelemetryStore(loaded.store)
+    written = write_results(store, loaded.task, valid_tickets(tickets_path, max_line_bytes), out) if out else 0
     return {**report.to_json(), "written": written}
 
 
@@ -150,8 +191,13 @@ async def resolve_batch_flow(
     task_runner: RunnerKind = "threads",
     workers: int = 4,
     scheduler: str | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> dict[str, Any]:
     """Resolve queued tickets (JSONL or Parquet with id and text); a rerun resolves only what is missing.
+
+    The tickets file is streamed: the flow holds the chunks being resolved (at most two per worker, each at most
+    ``chunk_sizes``' bound), never the whole file; a line longer than ``max_line_bytes`` is a bad line, named
+    file:line, and the rest run.
 
     ``task_runner``: ``threads`` (one chunk in this process) or ``dask`` (chunks on a LocalCluster of ``workers``
     processes, or on the Dask scheduler at ``scheduler``). Calls in flight to each model server stay within its
@@ -167,12 +213,15 @@ async def resolve_batch_flow(
     else:
         limits, slots = await ensure_endpoint_limits(model_endpoints(loaded), wanted)
     with batch_task_runner(task_runner, workers, scheduler) as (runner, parallel):
-        chunks, valid, bad = plan_batch(task_file, str(Path(tickets)), parallel)
+        path = str(Path(tickets))
+        sizes, valid, bad = plan_batch(task_file, path, parallel, max_line_bytes)
         in_flight = max(1, slots // parallel)
         parameters = {"task_file": task_file, "in_flight": in_flight, "limits": limits, "processes": parallel}
-        futures = [runner.submit(resolve_chunk, {**parameters, "tickets": chunk}) for chunk in chunks]
-        reports = [future.result() for future in futures]
-    report = finish_batch(task_file, valid, reports, bad, out)
+        chunks = pending_chunks(
+            TelemetryStore(loaded.store), loaded.task.name, valid_tickets(path, max_line_bytes), sizes
+        )
+        reports = resolve_chunks(runner, chunks, parameters, ahead=2 * parallel)
+    report = finish_batch(task_file, path, valid, reports, bad, out, max_line_bytes)
     await publish_stats(task_file)
     return report
 

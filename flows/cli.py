@@ -10,7 +10,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -129,27 +129,42 @@ def resolve_batch_command(
     scheduler: Annotated[
         str | None, typer.Option(help="Address of a running Dask scheduler to use instead of a LocalCluster.")
     ] = None,
+    max_line_bytes: Annotated[
+        int, typer.Option(help="Longest ticket line accepted (bytes); a longer one is skipped, named file:line.")
+    ] = 4 * 1024 * 1024,
     as_json: JsonOption = False,
 ) -> None:
     """Resolve a batch of tickets. Idempotent by ticket id: a rerun resolves only tickets without a trace."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from gil_core.batch import read_tickets, resolve_batch, write_results
+    from gil_core.batch import BadInput, Ticket, count_lines, iter_tickets, resolve_batch, write_results
     from gil_core.runtime import open_runtime
 
     loaded = task_file(task_file_path)
     if task_runner not in ("threads", "dask"):
         raise fail(f"--task-runner: expected threads or dask, got {task_runner!r}")
-    items, bad = guarded(lambda: read_tickets(tickets))
-    for item in bad:
-        warn("skipped", item)
+    if max_line_bytes < 1:
+        raise fail(f"--max-line-bytes: must be ≥ 1, got {max_line_bytes}")
+    lines = guarded(lambda: count_lines(tickets))  # the bar's total; a missing or unreadable file stops here
+    bad: list[BadInput] = []
+
+    def valid(*, report_bad: bool) -> Iterator[Ticket]:
+        """The file's tickets, streamed; each bad line warned about (and kept) on the first pass only."""
+        for item in iter_tickets(tickets, max_line_bytes=max_line_bytes):
+            if isinstance(item, Ticket):
+                yield item
+            elif report_bad:
+                warn("skipped", item)
+                bad.append(item)
 
     async def on_dask() -> dict[str, Any]:
         _prefect_environment()
         from flows.batch import resolve_batch_flow
 
+        for _ in valid(report_bad=True):  # the bad lines, said first as the in-process path says them
+            pass
         summary = await resolve_batch_flow(
-            str(loaded.path), str(tickets), str(out), concurrency, "dask", workers, scheduler
+            str(loaded.path), str(tickets), str(out), concurrency, "dask", workers, scheduler, max_line_bytes
         )
         failed = summary["failed"][len(bad) :]  # the flow lists the bad lines first
         return {**summary, "failed": failed, "bad_lines": [str(item) for item in bad], "out": str(out)}
@@ -158,16 +173,18 @@ def resolve_batch_command(
         with Progress(
             TextColumn("resolving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), disable=as_json
         ) as bar:
-            job = bar.add_task("tickets", total=len(items))
+            job = bar.add_task("tickets", total=lines)
             async with open_runtime(loaded) as runtime:
                 report = await resolve_batch(
                     runtime.resolver,
                     loaded.task,
-                    items,
+                    valid(report_bad=True),
                     concurrency=concurrency or loaded.concurrency,
                     progress=lambda done, total: bar.update(job, completed=done, total=total),
+                    total=lines,
                 )
-                written = write_results(runtime.store, loaded.task, report, out)
+                bar.update(job, completed=report.resolved + report.skipped + len(report.failed), total=report.tickets)
+                written = write_results(runtime.store, loaded.task, valid(report_bad=False), out)
         return {**report.to_json(), "bad_lines": [str(item) for item in bad], "written": written, "out": str(out)}
 
     result = run(on_dask() if task_runner == "dask" or scheduler else work())

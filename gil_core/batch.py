@@ -25,6 +25,16 @@ from typing import Any
 import httpx
 import polars as pl
 
+from gil_core._ticket_files import (
+    MAX_LINE_BYTES,
+    BadInput,
+    Ticket,
+    Verdict,
+    count_lines,
+    iter_tickets,
+    read_tickets,
+    read_verdicts,
+)
 from gil_core.errors import ConfigurationError, GilError, SchemaViolationError, TelemetryError, UnknownTraceError
 from gil_core.habits.attribution import habit_for_text
 from gil_core.resolver import Resolver
@@ -34,13 +44,19 @@ from gil_core.tasks import TaskDefinition
 from gil_core.telemetry import TelemetryStore
 
 __all__ = [
+    "MAX_LINE_BYTES",
+    "WINDOW",
     "BadInput",
     "BatchReport",
     "FeedbackReport",
     "Ticket",
     "Verdict",
     "apply_verdicts",
+    "chunk_sizes",
+    "count_lines",
+    "iter_tickets",
     "model_endpoints",
+    "pending_chunks",
     "pending_tickets",
     "plan_chunks",
     "read_tickets",
@@ -48,61 +64,85 @@ __all__ = [
     "resolve_batch",
     "share_client_budget",
     "ticket_trace_id",
+    "traced_among",
     "write_results",
 ]
 
 Progress = Callable[[int, int], None]
 
 
-@dataclass(frozen=True, slots=True)
-class Ticket:
-    id: str
-    text: str
+WINDOW = 2_000
+"""Tickets a batch takes from its input at a time: looked up in the store together (which have a trace already),
+then resolved. A batch holds one window of tickets, not its whole input."""
 
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    trace_id: str
-    correct: bool
-    correction: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class BadInput:
-    """An input line or ticket that could not be used: where it was and why."""
-
-    where: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.where}: {self.reason}"
+_RESULTS_WINDOW = 20_000  # tickets whose trace rows are read together while the results file is written
 
 
 @dataclass
 class BatchReport:
+    """What a batch did. ``tickets`` counts the valid tickets it was given; ``trace_ids`` maps ticket id to trace
+    id when the batch was given a sequence of tickets (derived from it on access, no copy), and is empty when it
+    was given a stream: ``ticket_trace_id`` derives any ticket's."""
+
     resolved: int = 0
     skipped: int = 0
     failed: list[BadInput] = field(default_factory=list)
-    trace_ids: dict[str, str] = field(default_factory=dict)
+    trace_ids: Mapping[str, str] = field(default_factory=dict)
+    tickets: int | None = None  # None: as many as ``trace_ids`` holds
 
     def to_json(self) -> dict[str, Any]:
         return {
             "resolved": self.resolved,
             "skipped": self.skipped,
             "failed": [str(item) for item in self.failed],
-            "tickets": len(self.trace_ids),
+            "tickets": len(self.trace_ids) if self.tickets is None else self.tickets,
         }
 
     @classmethod
     def merged(cls, reports: Iterable[BatchReport]) -> BatchReport:
         """One report for a batch resolved in parts (chunks); the parts' tickets are disjoint."""
-        total = cls()
+        total = cls(tickets=0)
+        parts: list[Mapping[str, str]] = []
         for report in reports:
             total.resolved += report.resolved
             total.skipped += report.skipped
             total.failed += report.failed
-            total.trace_ids |= report.trace_ids
+            total.tickets = (total.tickets or 0) + (report.to_json()["tickets"])
+            parts.append(report.trace_ids)
+        total.trace_ids = _TraceIds.joined(parts)
         return total
+
+
+class _TraceIds(Mapping[str, str]):
+    """The trace id of each ticket of a batch by ticket id, derived on access from the tickets the caller holds (no
+    copy, no string per ticket); the first lookup by id indexes the ids."""
+
+    def __init__(self, task: str, parts: Sequence[Sequence[Ticket]]) -> None:
+        self._task, self._parts = task, tuple(parts)
+        self._ids: set[str] | None = None
+
+    @classmethod
+    def joined(cls, parts: Sequence[Mapping[str, str]]) -> Mapping[str, str]:
+        views = [part for part in parts if isinstance(part, _TraceIds)]
+        if len(views) == len(parts) and len({view._task for view in views}) <= 1:
+            return cls(views[0]._task if views else "", [ticket for view in views for ticket in view._parts])
+        joined: dict[str, str] = {}
+        for part in parts:
+            joined |= part
+        return joined
+
+    def __iter__(self) -> Iterator[str]:
+        return (ticket.id for part in self._parts for ticket in part)
+
+    def __len__(self) -> int:
+        return sum(len(part) for part in self._parts)
+
+    def __getitem__(self, ticket_id: str) -> str:
+        if self._ids is None:
+            self._ids = set(self)
+        if ticket_id not in self._ids:
+            raise KeyError(ticket_id)
+        return ticket_trace_id(self._task, ticket_id)
 
 
 @dataclass
@@ -116,82 +156,14 @@ class FeedbackReport:
 
 
 def ticket_trace_id(task: str, ticket_id: str) -> str:
-    """The trace id of a ticket: stable across runs, distinct across tasks."""
+    """The trace id of a ticket: stable across runs, distinct across tasks, whatever characters the task name
+    and the ticket id hold."""
+    if "\x1f" in task or "\x1f" in ticket_id:
+        # Joined by the separator, ("a\x1fb", "c") and ("a", "b\x1fc") would share a trace, one task's superseding
+        # the other's. Such pairs are hashed as JSON, which holds no raw separator, so never meets a joined pair
+        # (exactly one); every other pair keeps the id it always had.
+        return hashlib.sha256(json.dumps([task, ticket_id]).encode()).hexdigest()[:32]
     return hashlib.sha256(f"{task}\x1f{ticket_id}".encode()).hexdigest()[:32]
-
-
-def read_tickets(path: str | Path) -> tuple[list[Ticket], list[BadInput]]:
-    """Tickets from JSONL (one ``{"id", "text"}`` per line) or Parquet (columns id, text)."""
-    path = Path(path)
-    if path.suffix == ".parquet":
-        frame = pl.read_parquet(path)
-        missing = {"id", "text"} - set(frame.columns)
-        if missing:
-            return [], [BadInput(str(path), f"missing columns {sorted(missing)}")]
-        rows: Iterable[tuple[str, Any]] = (
-            (f"{path}: row {index + 1}", row)
-            for index, row in enumerate(frame.select("id", "text").iter_rows(named=True))
-        )
-    else:
-        rows = _json_lines(path)
-    tickets, bad = [], []
-    seen: set[str] = set()
-    for where, row in rows:
-        if isinstance(row, BadInput):
-            bad.append(row)
-            continue
-        if (
-            not isinstance(row, dict)
-            or not isinstance(row.get("id"), str | int)
-            or not isinstance(row.get("text"), str)
-        ):
-            bad.append(BadInput(where, 'a ticket needs "id" (string) and "text" (string)'))
-            continue
-        ticket = Ticket(str(row["id"]), row["text"])
-        if not ticket.text.strip():
-            bad.append(BadInput(where, f"ticket {ticket.id!r} has no text"))
-        elif ticket.id in seen:
-            bad.append(BadInput(where, f"ticket id {ticket.id!r} appears twice"))
-        else:
-            seen.add(ticket.id)
-            tickets.append(ticket)
-    return tickets, bad
-
-
-def read_verdicts(path: str | Path) -> tuple[list[Verdict], list[BadInput]]:
-    """Verdicts from JSONL: ``{"trace_id", "correct": true|false, "correction"?}`` per line."""
-    verdicts, bad = [], []
-    for where, row in _json_lines(Path(path)):
-        if isinstance(row, BadInput):
-            bad.append(row)
-        elif (
-            not isinstance(row, dict)
-            or not isinstance(row.get("trace_id"), str)
-            or not isinstance(row.get("correct"), bool)
-            or not isinstance(row.get("correction"), str | None)
-        ):
-            bad.append(BadInput(where, 'a verdict needs "trace_id" (string), "correct" (true/false), "correction"?'))
-        else:
-            verdicts.append(Verdict(row["trace_id"], row["correct"], row.get("correction")))
-    return verdicts, bad
-
-
-def _json_lines(path: Path) -> Iterator[tuple[str, Any]]:
-    # Bytes first, decoded per line: one line that is not UTF-8 is reported, and the rest still run.
-    with path.open("rb") as lines:
-        for number, raw in enumerate(lines, start=1):
-            where = f"{path}:{number}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                yield where, BadInput(where, f"not UTF-8 (byte {exc.start + 1} of the line)")
-                continue
-            if not line.strip():
-                continue
-            try:
-                yield where, json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield where, BadInput(where, f"not JSON ({exc.msg})")
 
 
 async def resolve_batch(
@@ -203,8 +175,16 @@ async def resolve_batch(
     progress: Progress | None = None,
     commit_rows: int | None = 1000,
     commit_delay_s: float | None = 0.2,
+    total: int | None = None,
+    window: int = WINDOW,
 ) -> BatchReport:
     """Resolve every ticket that has no trace yet, at most ``concurrency`` at a time.
+
+    ``tickets`` may be a stream (``iter_tickets``): the batch takes ``window`` tickets at a time, asks the store
+    which of them have a trace already, and resolves the others, so it holds one window of tickets (and the
+    tickets resolving but not yet acknowledged), never its whole input. ``progress(done, total)`` is called as
+    tickets settle; ``total`` is the caller's (a line count, say), else the length of a sequence of tickets, else
+    how many tickets were read so far.
 
     The batch's telemetry is group-committed (``TelemetryStore.group_commit`` with ``commit_rows`` and
     ``commit_delay_s``): a ticket counts as resolved, in the report and in ``progress``, only once its trace is
@@ -213,42 +193,64 @@ async def resolve_batch(
     (unless the caller holds a group open on the store). A ticket whose trace the store rejected is reported
     failed, with the reason.
     """
-    tickets = list(tickets)
-    report = BatchReport(trace_ids={t.id: ticket_trace_id(task.name, t.id) for t in tickets})
+    if window < 1:
+        raise ConfigurationError(f"window must be ≥ 1, got {window}")
+    given = tickets if isinstance(tickets, Sequence) else None
+    report = BatchReport(trace_ids=_TraceIds(task.name, [given]) if given is not None else {}, tickets=0)
+    if total is None and given is not None:
+        total = len(given)
     # The learned judge meets the batch current: refit after feedback, or picked up from another process.
     await resolver.refresh_learned(task)
-    done = existing_trace_ids(resolver.store, task.name)
-    todo = [t for t in tickets if report.trace_ids[t.id] not in done]
-    report.skipped = len(tickets) - len(todo)
     gate = asyncio.Semaphore(concurrency)
-    tally = _Tally(report, len(tickets), progress, {report.trace_ids[t.id]: t.id for t in todo})
+    tally = _Tally(report, total, progress)
     stopped: list[TelemetryError] = []  # the store could not write (a full disk, …): no ticket starts after it
+    taken = 0  # tickets taken up to be resolved (without a trace when their window was looked up)
 
-    async def one(ticket: Ticket) -> None:
+    async def one(ticket: Ticket, trace_id: str) -> None:
         async with gate:
             if stopped:
                 return  # left for a rerun, like every ticket not acknowledged
             try:
-                await resolver.resolve(task, ticket.text, trace_id=report.trace_ids[ticket.id])
+                await resolver.resolve(task, ticket.text, trace_id=trace_id)
             except SchemaViolationError as exc:
-                tally.failed(ticket.id, str(exc))
+                tally.failed(trace_id, ticket.id, str(exc))
             except TelemetryError as exc:
                 stopped.append(exc)
             except GilError as exc:  # the trace, when one was stored, says why; the batch goes on
-                tally.failed(ticket.id, str(exc))
+                tally.failed(trace_id, ticket.id, str(exc))
             else:
-                tally.returned(report.trace_ids[ticket.id])
+                tally.returned(trace_id)
 
-    tally.report_progress()
+    async def run_windows() -> None:
+        nonlocal taken
+        source = iter(tickets)
+        while part := list(itertools.islice(source, window)):
+            by_trace = {ticket_trace_id(task.name, ticket.id): ticket for ticket in part}
+            done = traced_among(resolver.store, task.name, by_trace)
+            todo = [(trace_id, ticket) for trace_id, ticket in by_trace.items() if trace_id not in done]
+            del part
+            report.tickets = (report.tickets or 0) + len(by_trace)
+            report.skipped += len(by_trace) - len(todo)
+            taken += len(todo)
+            tally.expect((trace_id, ticket.id) for trace_id, ticket in todo)
+            tally.report_progress()
+            await asyncio.gather(*(one(ticket, trace_id) for trace_id, ticket in todo))
+            if stopped:
+                return
+
     if commit_rows is None:
         tally.durable_on_return = True
-        await asyncio.gather(*(one(ticket) for ticket in todo))
-        _raise_stopped(stopped, report, len(todo))
+        try:
+            await run_windows()
+        except TelemetryError as exc:  # a window's lookup failed
+            stopped.append(exc)
+        tally.report_progress()
+        _raise_stopped(stopped, report, taken)
         return report
     rejected = "its trace was not stored"
     try:
         with resolver.store.group_commit(max_rows=commit_rows, max_delay_s=commit_delay_s, on_flush=tally.flushed):
-            await asyncio.gather(*(one(ticket) for ticket in todo))
+            await run_windows()
             if stopped:
                 raise stopped[0]  # leaves the group without acknowledging what is still queued
     except SchemaViolationError as exc:  # rows of some requests were left out; the rest is durable
@@ -257,37 +259,47 @@ async def resolve_batch(
         if not stopped:
             stopped.append(exc)
     tally.settle(rejected if not stopped else "its trace was not stored: the batch stopped")
-    _raise_stopped(stopped, report, len(todo))
+    _raise_stopped(stopped, report, taken)
     return report
 
 
-def _raise_stopped(stopped: Sequence[TelemetryError], report: BatchReport, todo: int) -> None:
+def _raise_stopped(stopped: Sequence[TelemetryError], report: BatchReport, taken: int) -> None:
     """The store failed a write during the batch: say so, with what was acknowledged before it stopped."""
     if stopped:
         raise TelemetryError(
-            f"{stopped[0]} — the batch stopped with {report.resolved} of its {todo} tickets acknowledged: run it "
+            f"{stopped[0]} — the batch stopped with {report.resolved} of its {taken} tickets acknowledged: run it "
             "again to resolve the others"
         ) from stopped[0]
 
 
 class _Tally:
     """Which tickets are resolved: their ``resolve`` returned and their trace is durable, in either order (a
-    flush in the store's thread can come first). The report and ``progress`` change only in the event loop."""
+    flush in the store's thread can come first). The report and ``progress`` change only in the event loop.
+    A ticket is tracked from its window's start until it is acknowledged or failed, no longer."""
 
-    def __init__(self, report: BatchReport, total: int, progress: Progress | None, tickets: dict[str, str]) -> None:
-        self._report, self._total, self._progress, self._tickets = report, total, progress, tickets
+    def __init__(self, report: BatchReport, total: int | None, progress: Progress | None) -> None:
+        self._report, self._total, self._progress = report, total, progress
         self._loop = asyncio.get_running_loop()
         self._lock = threading.Lock()
-        self._durable: set[str] = set()  # trace ids of this batch flushed so far (any thread)
+        self._tickets: dict[str, str] = {}  # trace id → ticket id, of the tickets not settled yet
+        self._durable: set[str] = set()  # of those, the trace ids flushed so far (any thread)
         self._returned: set[str] = set()  # resolve returned, trace not known durable yet
         self.durable_on_return = False
+
+    def expect(self, tickets: Iterable[tuple[str, str]]) -> None:
+        with self._lock:
+            self._tickets.update(tickets)
 
     def report_progress(self) -> None:
         if self._progress is not None:
             report = self._report
-            self._progress(report.skipped + report.resolved + len(report.failed), self._total)
+            seen = report.tickets or 0
+            self._progress(report.skipped + report.resolved + len(report.failed), max(self._total or 0, seen))
 
-    def failed(self, ticket_id: str, reason: str) -> None:
+    def failed(self, trace_id: str, ticket_id: str, reason: str) -> None:
+        with self._lock:
+            self._tickets.pop(trace_id, None)
+            self._durable.discard(trace_id)
         self._report.failed.append(BadInput(f"ticket {ticket_id!r}", reason))
         self.report_progress()
 
@@ -327,21 +339,75 @@ class _Tally:
     def _acknowledge(self) -> None:
         with self._lock:
             ready = self._returned & self._durable
+            self._durable -= ready
+            for trace_id in ready:
+                del self._tickets[trace_id]
         if ready:
             self._returned -= ready
             self._report.resolved += len(ready)
             self.report_progress()
 
 
-def existing_trace_ids(store: TelemetryStore, task: str) -> set[str]:
-    traces = store.scan("traces").filter(pl.col("task") == task).select("trace_id").collect()
+def traced_among(store: TelemetryStore, task: str, trace_ids: Iterable[str]) -> set[str]:
+    """Which of these trace ids of ``task`` the store holds a trace for."""
+    wanted = list(trace_ids)
+    if not wanted:
+        return set()
+    traces = (
+        store.scan("traces")
+        .filter((pl.col("task") == task) & pl.col("trace_id").is_in(wanted))
+        .select("trace_id")
+        .collect()
+    )
     return set(traces["trace_id"].to_list())
 
 
-def pending_tickets(store: TelemetryStore, task: str, tickets: Iterable[Ticket]) -> list[Ticket]:
-    """The tickets that have no trace yet, in order."""
-    done = existing_trace_ids(store, task)
-    return [ticket for ticket in tickets if ticket_trace_id(task, ticket.id) not in done]
+def pending_tickets(
+    store: TelemetryStore, task: str, tickets: Iterable[Ticket], *, window: int = WINDOW
+) -> list[Ticket]:
+    """The tickets that have no trace yet, in order (looked up ``window`` at a time)."""
+    return [ticket for chunk in pending_chunks(store, task, tickets, [], window=window) for ticket in chunk]
+
+
+def pending_chunks(
+    store: TelemetryStore, task: str, tickets: Iterable[Ticket], sizes: Sequence[int], *, window: int = WINDOW
+) -> Iterator[list[Ticket]]:
+    """The tickets without a trace, in order, cut into chunks of ``sizes`` (then chunks of the last size, or of
+    ``window`` when ``sizes`` is empty); streamed: the store is asked ``window`` tickets at a time, and one
+    chunk is held at once."""
+    if window < 1:
+        raise ConfigurationError(f"window must be ≥ 1, got {window}")
+    sizes_left = iter(sizes)
+    size = next(sizes_left, window)
+    chunk: list[Ticket] = []
+    source = iter(tickets)
+    while part := list(itertools.islice(source, window)):
+        by_trace = {ticket_trace_id(task, ticket.id): ticket for ticket in part}
+        done = traced_among(store, task, by_trace)
+        for trace_id, ticket in by_trace.items():
+            if trace_id in done:
+                continue
+            chunk.append(ticket)
+            if len(chunk) >= size:
+                yield chunk
+                chunk, size = [], next(sizes_left, size)
+    if chunk:
+        yield chunk
+
+
+def chunk_sizes(
+    tickets: int, workers: int, *, per_worker: int = 4, min_size: int = 25, max_size: int = WINDOW * 5
+) -> list[int]:
+    """The sizes ``plan_chunks`` would cut ``tickets`` tickets into, no chunk above ``max_size``."""
+    if workers < 1 or per_worker < 1 or min_size < 1 or max_size < 1:
+        raise ConfigurationError(
+            f"workers, per_worker, min_size, max_size must be ≥ 1: {workers}, {per_worker}, {min_size}, {max_size}"
+        )
+    if tickets < 1:
+        return []
+    count = max(1, min(workers * per_worker, tickets // min_size), -(-tickets // max_size))
+    size, larger = divmod(tickets, count)  # the first ``larger`` chunks take one ticket more
+    return [size + (index < larger) for index in range(count)]
 
 
 def plan_chunks(
@@ -401,42 +467,63 @@ def share_client_budget(task_file: TaskFile, workers: int) -> TaskFile:
     return replace(task_file, client=client)
 
 
-def write_results(store: TelemetryStore, task: TaskDefinition, report: BatchReport, out: str | Path) -> int:
-    """Write one result line per ticket that has a trace (stable interface, see README), atomically."""
-    by_trace = {trace_id: ticket_id for ticket_id, trace_id in report.trace_ids.items()}
-    traces = (
-        store.scan("traces")
-        .filter(pl.col("trace_id").is_in(list(by_trace)))
-        .select("trace_id", "mode", "output", "label", "confidence", "energy", "path", "failure")
-        .collect()
+def write_results(
+    store: TelemetryStore, task: TaskDefinition, tickets: BatchReport | Iterable[Ticket], out: str | Path
+) -> int:
+    """Write one result line per ticket that has a trace (stable interface, see README), in ticket order,
+    atomically. ``tickets``: a batch's report (its ``trace_ids``), or the tickets themselves, which may be a
+    stream (``iter_tickets``): their traces are read ``_RESULTS_WINDOW`` at a time, one window held at once."""
+    pairs: Iterable[tuple[str, str]] = (
+        tickets.trace_ids.items()
+        if isinstance(tickets, BatchReport)
+        else ((ticket.id, ticket_trace_id(task.name, ticket.id)) for ticket in tickets)
     )
-    rows = {row["trace_id"]: row for row in traces.iter_rows(named=True)}
     out = Path(out)
     temporary = out.with_name(f".{out.name}.tmp")
     written = 0
-    with temporary.open("w", encoding="utf-8") as handle:
-        for ticket_id, trace_id in report.trace_ids.items():
-            row = rows.get(trace_id)
-            if row is None:
-                continue
-            option_id = row["label"] if row["mode"].startswith("habit/") else habit_for_text(task.tree, row["output"])
-            line = {
-                "id": ticket_id,
-                "trace_id": trace_id,
-                "mode": row["mode"],
-                "output": row["output"],
-                "option_id": option_id,
-                "confidence": row["confidence"],
-                "energy": row["energy"],
-                "path": [step["node"] for step in json.loads(row["path"] or "[]")],
-                "failure": row["failure"],
-            }
-            handle.write(json.dumps(line, ensure_ascii=False) + "\n")
-            written += 1
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, out)
+    source = iter(pairs)
+    try:
+        with temporary.open("w", encoding="utf-8") as handle:
+            while part := list(itertools.islice(source, _RESULTS_WINDOW)):
+                rows = _result_rows(store, [trace_id for _, trace_id in part])
+                for ticket_id, trace_id in part:
+                    row = rows.get(trace_id)
+                    if row is not None:
+                        handle.write(json.dumps(_result_line(task, ticket_id, trace_id, row), ensure_ascii=False))
+                        handle.write("\n")
+                        written += 1
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, out)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     return written
+
+
+def _result_rows(store: TelemetryStore, trace_ids: list[str]) -> dict[str, dict[str, Any]]:
+    traces = (
+        store.scan("traces")
+        .filter(pl.col("trace_id").is_in(trace_ids))
+        .select("trace_id", "mode", "output", "label", "confidence", "energy", "path", "failure")
+        .collect()
+    )
+    return {row["trace_id"]: row for row in traces.iter_rows(named=True)}
+
+
+def _result_line(task: TaskDefinition, ticket_id: str, trace_id: str, row: Mapping[str, Any]) -> dict[str, Any]:
+    option_id = row["label"] if row["mode"].startswith("habit/") else habit_for_text(task.tree, row["output"])
+    return {
+        "id": ticket_id,
+        "trace_id": trace_id,
+        "mode": row["mode"],
+        "output": row["output"],
+        "option_id": option_id,
+        "confidence": row["confidence"],
+        "energy": row["energy"],
+        "path": [step["node"] for step in json.loads(row["path"] or "[]")],
+        "failure": row["failure"],
+    }
 
 
 async def apply_verdicts(resolver: Resolver, task: TaskDefinition, verdicts: Iterable[Verdict]) -> FeedbackReport:

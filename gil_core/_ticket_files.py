@@ -1,0 +1,228 @@
+"""Ticket and verdict files (README, "Stable file formats") read as streams: a file of any size is read one line (or
+one Parquet batch of rows) at a time, and a line past ``max_line_bytes`` is refused, naming file:line, without
+being read into memory. ``gil_core.batch`` re-exports what is public here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from gil_core.errors import ConfigurationError
+
+__all__ = [
+    "MAX_LINE_BYTES",
+    "BadInput",
+    "Ticket",
+    "Verdict",
+    "count_lines",
+    "iter_tickets",
+    "read_tickets",
+    "read_verdicts",
+]
+
+MAX_LINE_BYTES = 4 * 1024 * 1024
+"""The longest line a ticket or verdict file may hold by default (4 MiB: a 1 MB ticket, even written with every
+character escaped, is well inside it); a longer line is refused, naming file:line, and the rest of the file runs.
+A Parquet ticket whose text is longer (in UTF-8 bytes) is refused alike."""
+
+_CHUNK = 1 << 16  # bytes read at a time while passing over the rest of a line past the cap, and while counting
+_PARQUET_BATCH = 4096  # rows of a Parquet ticket file decoded at a time
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    trace_id: str
+    correct: bool
+    correction: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BadInput:
+    """An input line or ticket that could not be used: where it was and why."""
+
+    where: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.reason}"
+
+
+def iter_tickets(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Ticket | BadInput]:
+    """The tickets of a JSONL file (one ``{"id", "text"}`` per line) or a Parquet file (columns id, text), in file
+    order, each bad line or row as a ``BadInput`` where it stands.
+
+    Streamed: memory holds one line (at most ``max_line_bytes``) or one batch of Parquet rows, and 16 to 32 bytes
+    per ticket for the check that no id comes twice (a 64-bit fingerprint of each id: two different ids of a file
+    of a million tickets share one with a probability of about 3 in 10^8, and the second is then refused as a
+    repeat, never resolved twice)."""
+    path = Path(path)
+    if max_line_bytes < 1:
+        raise ConfigurationError(f"max_line_bytes must be ≥ 1, got {max_line_bytes}")
+    seen = _Fingerprints()
+    rows = _parquet_rows(path) if path.suffix == ".parquet" else _json_lines(path, max_line_bytes)
+    for where, row in rows:
+        if isinstance(row, BadInput):
+            yield row
+            continue
+        if (
+            not isinstance(row, dict)
+            or not isinstance(row.get("id"), str | int)
+            or not isinstance(row.get("text"), str)
+        ):
+            yield BadInput(where, 'a ticket needs "id" (string) and "text" (string)')
+            continue
+        ticket = Ticket(str(row["id"]), row["text"])
+        if not ticket.text.strip():
+            yield BadInput(where, f"ticket {ticket.id!r} has no text")
+        elif len(ticket.text) > max_line_bytes // 4 and len(ticket.text.encode()) > max_line_bytes:
+            yield BadInput(where, f"ticket {ticket.id!r}: its text is longer than {_cap(max_line_bytes)}")
+        elif not seen.add(ticket.id):
+            yield BadInput(where, f"ticket id {ticket.id!r} appears twice")
+        else:
+            yield ticket
+
+
+def read_tickets(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> tuple[list[Ticket], list[BadInput]]:
+    """Every ticket of the file and every bad line, as two lists (``iter_tickets`` streams them instead)."""
+    tickets: list[Ticket] = []
+    bad: list[BadInput] = []
+    for item in iter_tickets(path, max_line_bytes=max_line_bytes):
+        if isinstance(item, BadInput):
+            bad.append(item)
+        else:
+            tickets.append(item)
+    return tickets, bad
+
+
+def read_verdicts(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> tuple[list[Verdict], list[BadInput]]:
+    """Verdicts from JSONL: ``{"trace_id", "correct": true|false, "correction"?}`` per line."""
+    if max_line_bytes < 1:
+        raise ConfigurationError(f"max_line_bytes must be ≥ 1, got {max_line_bytes}")
+    verdicts, bad = [], []
+    for where, row in _json_lines(Path(path), max_line_bytes):
+        if isinstance(row, BadInput):
+            bad.append(row)
+        elif (
+            not isinstance(row, dict)
+            or not isinstance(row.get("trace_id"), str)
+            or not isinstance(row.get("correct"), bool)
+            or not isinstance(row.get("correction"), str | None)
+        ):
+            bad.append(BadInput(where, 'a verdict needs "trace_id" (string), "correct" (true/false), "correction"?'))
+        else:
+            verdicts.append(Verdict(row["trace_id"], row["correct"], row.get("correction")))
+    return verdicts, bad
+
+
+def count_lines(path: str | Path) -> int:
+    """How many tickets the file can hold at most (its lines; a Parquet file's rows), read in chunks: what a
+    progress bar shows as its total before the batch has read the file."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    count, last = 0, b"\n"
+    with path.open("rb") as source:
+        while chunk := source.read(_CHUNK):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count + (last != b"\n")
+
+
+def _cap(max_line_bytes: int) -> str:
+    return f"{max_line_bytes:,} bytes (max_line_bytes; gil resolve-batch --max-line-bytes)"
+
+
+def _json_lines(path: Path, max_line_bytes: int) -> Iterator[tuple[str, Any]]:
+    # Bytes first, decoded per line: one line that is not UTF-8 is reported, and the rest still run. A line is read
+    # at most one byte past the cap; the rest of a longer one is passed over in chunks, never held.
+    with path.open("rb") as lines:
+        number = 0
+        while raw := lines.readline(max_line_bytes + 1):
+            number += 1
+            where = f"{path}:{number}"
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                del raw
+                _skip_rest_of_line(lines)
+                yield where, BadInput(where, f"the line is longer than {_cap(max_line_bytes)}")
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield where, BadInput(where, f"not UTF-8 (byte {exc.start + 1} of the line)")
+                continue
+            if not line.strip():
+                continue
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield where, BadInput(where, f"not JSON ({exc.msg})")
+            except RecursionError:
+                yield where, BadInput(where, "not JSON (nested too deeply)")
+
+
+def _skip_rest_of_line(lines: BinaryIO) -> None:
+    while (chunk := lines.readline(_CHUNK)) and not chunk.endswith(b"\n"):
+        pass
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    import pyarrow.parquet as pq
+
+    source = pq.ParquetFile(path)
+    missing = {"id", "text"} - set(source.schema_arrow.names)
+    if missing:
+        yield str(path), BadInput(str(path), f"missing columns {sorted(missing)}")
+        return
+    index = 0
+    for batch in source.iter_batches(batch_size=_PARQUET_BATCH, columns=["id", "text"]):
+        for row in batch.to_pylist():
+            index += 1
+            yield f"{path}: row {index}", row
+
+
+class _Fingerprints:
+    """A set of 64-bit fingerprints of strings in one flat array (open addressing, at most half full): 16 to 32
+    bytes per member (48 while it grows) instead of a Python set's ~100 for the string and its entry."""
+
+    def __init__(self) -> None:
+        self._slots = array("Q", [0]) * 1024
+        self._count = 0
+
+    def add(self, text: str) -> bool:
+        """Add ``text``; False when it was there already."""
+        fingerprint = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") or 1
+        if not self._insert(self._slots, fingerprint):
+            return False
+        self._count += 1
+        if 2 * self._count > len(self._slots):
+            grown = array("Q", [0]) * (2 * len(self._slots))  # no bytes object of the size first
+            for member in self._slots:
+                if member:
+                    self._insert(grown, member)
+            self._slots = grown
+        return True
+
+    @staticmethod
+    def _insert(slots: array[int], fingerprint: int) -> bool:
+        mask = len(slots) - 1
+        index = fingerprint & mask
+        while (held := slots[index]) != 0:
+            if held == fingerprint:
+                return False
+            index = (index + 1) & mask
+        slots[index] = fingerprint
+        return True
