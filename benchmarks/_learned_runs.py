@@ -88,9 +88,18 @@ async def run_chunks(
     chat: ChatModel | None = None,
     feedback: bool = True,
     log: Any = print,
+    written_only: bool = False,
 ) -> list[Record]:
     """Resolve ``requests`` in chunks of ``CHUNK`` with feedback after each (module doc); returns every record,
-    the resumed chunks' included. ``categories`` maps a request id to the top category of its answer."""
+    the resumed chunks' included. ``categories`` maps a request id to the top category of its answer.
+    ``written_only``: run nothing, return the records of the chunks written so far (up to the first missing)."""
+    if written_only:
+        records_so_far: list[Record] = []
+        for start in range(0, len(requests), CHUNK):
+            if not (directory / f"chunk-{start // CHUNK:04d}.json").exists():
+                break
+            records_so_far += [r for r in read_records(directory) if start <= r.position < start + CHUNK]
+        return records_so_far
     directory.mkdir(parents=True, exist_ok=True)
     seen: set[str] = set()
     records: list[Record] = []

@@ -199,7 +199,9 @@ def categories_of(stream: Stream, tree: Tree) -> dict[str, str | None]:
     return out
 
 
-async def run_arm(spec: StreamSpec, arm: Arm, work: Path, sample: int = SAMPLE) -> list[Record]:
+async def run_arm(
+    spec: StreamSpec, arm: Arm, work: Path, sample: int = SAMPLE, *, written_only: bool = False
+) -> list[Record]:
     stream = spec.load()
     key = _arm_key(spec, arm, sample)
     task_file = _task_file(spec, key, work)
@@ -208,11 +210,13 @@ async def run_arm(spec: StreamSpec, arm: Arm, work: Path, sample: int = SAMPLE) 
     requests = _requests(spec, arm, categories, sample)
     chat = None if arm.local else standin_model(task.language.none_of_these)
     _log(f"{spec.name} / {key}: {len(requests)} requests")
-    return await run_chunks(task_file, task, requests, work / spec.name / key, categories=categories, chat=chat,
-                            log=_log)  # fmt: skip
+    records = await run_chunks(task_file, task, requests, work / spec.name / key, categories=categories, chat=chat,
+                               log=_log, written_only=written_only)  # fmt: skip
+    PLANNED[(spec.name, arm.key)] = len(requests)
+    return records
 
 
-async def run_loco(spec: StreamSpec, work: Path) -> dict[str, Any]:
+async def run_loco(spec: StreamSpec, work: Path, *, written_only: bool = False) -> dict[str, Any]:
     """Leave each top category out in turn: fit on the first LOCO_TRAIN requests of the others (feedback after
     each chunk), then send up to LOCO_SENT of its requests, with no feedback."""
     stream = spec.load()
@@ -235,9 +239,11 @@ async def run_loco(spec: StreamSpec, work: Path) -> dict[str, Any]:
         chat = standin_model(task.language.none_of_these)
         _log(f"{spec.name} / {key}: {len(others)} confirmed, then {len(left_out)} sent")
         trained = await run_chunks(task_file, task_file.task, others, directory / "train", categories=categories,
-                                   chat=chat, log=_log)  # fmt: skip
+                                   chat=chat, log=_log, written_only=written_only)  # fmt: skip
         sent = await run_chunks(task_file, task_file.task, left_out, directory / "sent", categories=categories,
-                                chat=chat, feedback=False, log=_log)  # fmt: skip
+                                chat=chat, feedback=False, log=_log, written_only=written_only)  # fmt: skip
+        if len(trained) < len(others) or len(sent) < len(left_out):
+            continue  # not run to its end (a report of what was written)
         served = [r for r in sent if r.steps and r.steps[0][1] == "learned" and r.mode not in ("none", "abstain")]
         memory = [r for r in sent if r.mode == "memory"]
         in_scope = [r for r in trained[-CHUNK:]]
@@ -453,6 +459,65 @@ def loco_row(spec: StreamSpec, folds: dict[str, Any]) -> tuple[Row, str]:
     return row, f"**{spec.name}**, leave-one-category-out (design arms):\n\n{table}"
 
 
+# -- the embedder's ceiling ----------------------------------------------------------------------------------
+
+
+async def flat_ceiling(spec: StreamSpec) -> dict[str, Any]:
+    """What the embedder allows, whatever the tree and the gating: one flat scikit-learn ``LogisticRegression``
+    (the learned reflex's ``C``, balanced classes) over the local embedder's vectors of the stream's requests,
+    classes = the key's answers ("none" for none of these), refit after each chunk on every request before it,
+    read on the never-seen requests from position WARMUP on. Reports its argmax accuracy (serving everything) and
+    the largest share a single confidence cut chosen *in hindsight* serves at the target precision: an upper
+    bound on what a gated judge over these vectors reaches, not a result of Gil's."""
+    from sklearn.linear_model import LogisticRegression  # type: ignore[import-untyped]
+
+    from gil_core.local.minilm import MiniLMEmbeddingModel
+
+    requests = list(spec.load().requests[: spec.size])
+    embedded = await MiniLMEmbeddingModel().embed([request.text for request in requests])
+    x = np.asarray(embedded.vectors, dtype=np.float64)
+    y = np.asarray([request.option_id or "none" for request in requests])
+    seen: set[str] = set()
+    fresh = []
+    for request in requests:
+        key = normalized(request.text)
+        fresh.append(key not in seen)
+        seen.add(key)
+    confidence: list[float] = []
+    right: list[bool] = []
+    regularization = LearnedPolicy(**POLICY).regularization
+    for start in range(WARMUP, len(requests), CHUNK):
+        if len(set(y[:start])) < 2:
+            continue
+        model = LogisticRegression(C=regularization, class_weight="balanced", max_iter=3000).fit(x[:start], y[:start])
+        end = min(start + CHUNK, len(requests))
+        chosen = [index for index in range(start, end) if fresh[index]]
+        if not chosen:
+            continue
+        probabilities = model.predict_proba(x[chosen])
+        confidence += probabilities.max(axis=1).tolist()
+        right += (model.classes_[probabilities.argmax(axis=1)] == y[chosen]).tolist()
+    order = np.argsort(-np.asarray(confidence), kind="stable")
+    running = np.cumsum(np.asarray(right)[order]) / np.arange(1, len(order) + 1)
+    meets = np.flatnonzero(running >= POLICY["precision"])
+    return {
+        "requests": len(right),
+        "argmax_right": int(sum(right)),
+        "servable": int(meets.max() + 1) if meets.size else 0,
+        "regularization": regularization,
+    }
+
+
+def ceiling_row(spec: StreamSpec, ceiling: dict[str, Any]) -> Row:
+    n = ceiling["requests"]
+    return Row(
+        f"{spec.name}: the embedder's ceiling (a flat classifier, no tree, no gating, C={ceiling['regularization']:g})",
+        "",
+        f"right serving everything {share(ceiling['argmax_right'], n)}; the most one cut chosen in hindsight serves "
+        f"at ≥ {pct(POLICY['precision'])}: {share(ceiling['servable'], n)}",
+    )
+
+
 # -- refit and serving cost -----------------------------------------------------------------------------------
 
 
@@ -528,23 +593,33 @@ def _unit(vector: np.ndarray) -> np.ndarray:
 RUN_ORDER = ("learned", "standin", "loco", "standin-grouped", "reflex", "generation", "standin-node")
 
 
-async def _run(parts: set[str], streams: Sequence[StreamSpec], work: Path, sample: int) -> dict[str, Any]:
+async def _run(
+    parts: set[str], streams: Sequence[StreamSpec], work: Path, sample: int, *, written_only: bool = False
+) -> dict[str, Any]:
     arms = {arm.key: (arm, "local") for arm in ARMS} | {arm.key: (arm, "design") for arm in DESIGN_ARMS}
     results: dict[str, Any] = {spec.name: {} for spec in streams}
     for key in RUN_ORDER:
         for spec in streams:
             if key == "loco":
                 if "design" in parts:
-                    results[spec.name]["loco"] = await run_loco(spec, work)
+                    results[spec.name]["loco"] = await run_loco(spec, work, written_only=written_only)
+                    results[spec.name]["ceiling"] = await flat_ceiling(spec)
                 continue
             arm, part = arms[key]
             if part in parts:
-                results[spec.name][key] = await run_arm(spec, arm, work, sample)
+                results[spec.name][key] = await run_arm(spec, arm, work, sample, written_only=written_only)
     return results
 
 
-def _titled(arm: Arm, spec: StreamSpec, sample: int) -> str:
-    return f"{arm.title} (a random sample of {sample})" if _sampled(spec, arm, sample) else arm.title
+PLANNED: dict[tuple[str, str], int] = {}  # (stream, arm): the requests the arm was to run
+
+
+def _titled(arm: Arm, spec: StreamSpec, sample: int, run: int | None = None) -> str:
+    title = f"{arm.title} (a random sample of {sample})" if _sampled(spec, arm, sample) else arm.title
+    planned = PLANNED.get((spec.name, arm.key))
+    if run is not None and planned is not None and run < planned:
+        title += f" [cut short: {run} of {planned} requests run]"
+    return title
 
 
 def sections(
@@ -572,10 +647,13 @@ def sections(
         positions = stream_positions(spec)
         arms = {
             arm.key: ArmFigures.of(
-                arm.key, _titled(arm, spec, sample), mine[arm.key], positions if _sampled(spec, arm, sample) else None
+                arm.key,
+                _titled(arm, spec, sample, len(mine[arm.key])),
+                mine[arm.key],
+                positions if _sampled(spec, arm, sample) else None,
             )
             for arm in ARMS
-            if arm.key in mine
+            if mine.get(arm.key)
         }
         if arms:
             plot = plot_stream(spec, arms, plots / f"learned-{spec.name}.png")
@@ -585,7 +663,11 @@ def sections(
             )
             main.rows += rows
             main.notes += notes
-        designs = {arm.key: ArmFigures.of(arm.key, arm.title, mine[arm.key]) for arm in DESIGN_ARMS if arm.key in mine}
+        designs = {
+            arm.key: ArmFigures.of(arm.key, _titled(arm, spec, sample, len(mine[arm.key])), mine[arm.key])
+            for arm in DESIGN_ARMS
+            if mine.get(arm.key)
+        }
         for key in ("standin", "standin-node"):
             if key in designs:
                 figures = designs[key]
@@ -595,10 +677,12 @@ def sections(
                 design.rows.append(Row(f"{spec.name}: {figures.title}", "",
                                        f"right {share(ak, an)}; settled without the LLM {share(sk, sn)} at "
                                        f"precision {share(pk, pn)}"))  # fmt: skip
-        if "standin" in mine and "standin-grouped" in mine:
+        if mine.get("standin") and mine.get("standin-grouped"):
             row, note = grouped_rows(spec, mine["standin"], mine["standin-grouped"])
             design.rows.append(row)
             design.notes.append(note)
+        if mine.get("ceiling"):
+            design.rows.append(ceiling_row(spec, mine["ceiling"]))
         if mine.get("loco"):
             row, note = loco_row(spec, mine["loco"])
             design.rows.append(row)
@@ -614,6 +698,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fresh", action="store_true", help="forget earlier chunks and start over")
     baselines = f"requests in the LLM baselines' random sample on longer streams (default {SAMPLE})"
     parser.add_argument("--sample", type=int, default=SAMPLE, help=baselines)
+    written = "run nothing: report the chunks written so far (an arm cut short says how far it got)"
+    parser.add_argument("--written", action="store_true", help=written)
     add_output_options(parser)
     options = parser.parse_args(argv)
     parts = set(options.parts.split(","))
@@ -623,7 +709,7 @@ def main(argv: list[str] | None = None) -> None:
     work = options.work / ("quick" if options.quick else "full")
     if options.fresh:
         shutil.rmtree(work, ignore_errors=True)
-    results = asyncio.run(_run(parts, chosen, work, options.sample))
+    results = asyncio.run(_run(parts, chosen, work, options.sample, written_only=options.written))
     (work / "results.json").write_text(
         json.dumps({name: {k: len(v) for k, v in mine.items()} for name, mine in results.items()}), encoding="utf-8"
     )
