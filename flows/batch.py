@@ -8,10 +8,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import State, flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.concurrency.asyncio import concurrency as hold_slots
 from prefect.settings import PREFECT_API_URL
+from prefect.states import Completed
 
 from flows._prefect import RunnerKind, artifact_key, batch_task_runner, ensure_endpoint_limits, gil_task
 from gil_core.batch import (
@@ -29,6 +30,7 @@ from gil_core.batch import (
     share_client_budget,
     write_results,
 )
+from gil_core.batch_lock import WAIT_SECONDS, hold_batch_turn_async, skipped_batch
 from gil_core.reporting import decider_table, stats_markdown, stats_table
 from gil_core.runtime import open_runtime
 from gil_core.taskfile import load_task_file
@@ -192,8 +194,14 @@ async def resolve_batch_flow(
     workers: int = 4,
     scheduler: str | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
-) -> dict[str, Any]:
+    lock_wait_s: float = WAIT_SECONDS,
+) -> dict[str, Any] | State:
     """Resolve queued tickets (JSONL or Parquet with id and text); a rerun resolves only what is missing.
+
+    One batch per task at a time (``gil_core.batch_lock``): the flow holds the task's turn while it runs (on
+    Dask too: the workers never take it). A batch that finds another one running waits up to ``lock_wait_s``,
+    then skips, saying why: its run ends Completed, named Skipped, with the reason in its message and its
+    summary (``batch_skipped``), and nothing resolved or written.
 
     The tickets file is streamed: the flow holds the chunks being resolved (at most two per worker, each at most
     ``chunk_sizes``' bound), never the whole file; a line longer than ``max_line_bytes`` is a bad line, named
@@ -204,6 +212,33 @@ async def resolve_batch_flow(
     Prefect global concurrency limit (created with ``concurrency``, default the task file's), across processes;
     a batch on threads against Prefect's ephemeral server is bounded by ``concurrency`` in-process instead.
     """
+    loaded = load_task_file(task_file)
+    logger = get_run_logger()
+
+    def waiting(holder: str) -> None:
+        logger.info("waiting up to %g s: %s", lock_wait_s, holder)
+
+    async with hold_batch_turn_async(loaded.store, loaded.task.name, wait_s=lock_wait_s, on_wait=waiting) as turn:
+        if not turn.held:
+            logger.warning("skipped this batch: %s", turn.reason)
+            summary = {**skipped_batch(turn.reason), "written": 0}
+            return Completed(name="Skipped", message=f"skipped: {turn.reason}", data=summary)
+        return await _resolve_batch(
+            task_file, tickets, out, concurrency, task_runner, workers, scheduler, max_line_bytes
+        )
+
+
+async def _resolve_batch(
+    task_file: str,
+    tickets: str,
+    out: str | None,
+    concurrency: int | None,
+    task_runner: RunnerKind,
+    workers: int,
+    scheduler: str | None,
+    max_line_bytes: int,
+) -> dict[str, Any]:
+    """The flow's body, while it holds its task's turn."""
     loaded = load_task_file(task_file)
     wanted = concurrency or loaded.concurrency
     if task_runner == "threads" and not PREFECT_API_URL.value():

@@ -132,12 +132,18 @@ def resolve_batch_command(
     max_line_bytes: Annotated[
         int, typer.Option(help="Longest ticket line accepted (bytes); a longer one is skipped, named file:line.")
     ] = 4 * 1024 * 1024,
+    lock_wait: Annotated[
+        float,
+        typer.Option(help="Seconds to wait while another batch of the task runs; then this one skips (exit 0)."),
+    ] = 60.0,
     as_json: JsonOption = False,
 ) -> None:
-    """Resolve a batch of tickets. Idempotent by ticket id: a rerun resolves only tickets without a trace."""
+    """Resolve a batch of tickets. Idempotent by ticket id: a rerun resolves only tickets without a trace.
+    One batch per task at a time: a second one waits up to --lock-wait, then skips, saying why."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gil_core.batch import BadInput, Ticket, count_lines, iter_tickets, resolve_batch, write_results
+    from gil_core.batch_lock import hold_batch_turn_async, skipped_batch
     from gil_core.runtime import open_runtime
 
     loaded = task_file(task_file_path)
@@ -164,12 +170,21 @@ def resolve_batch_command(
         for _ in valid(report_bad=True):  # the bad lines, said first as the in-process path says them
             pass
         summary = await resolve_batch_flow(
-            str(loaded.path), str(tickets), str(out), concurrency, "dask", workers, scheduler, max_line_bytes
+            str(loaded.path), str(tickets), str(out), concurrency, "dask", workers, scheduler, max_line_bytes, lock_wait
         )
         failed = summary["failed"][len(bad) :]  # the flow lists the bad lines first
         return {**summary, "failed": failed, "bad_lines": [str(item) for item in bad], "out": str(out)}
 
     async def work() -> dict[str, Any]:
+        def waiting(holder: str) -> None:
+            warn("waiting", f"up to {lock_wait:g} s: {holder}")
+
+        async with hold_batch_turn_async(loaded.store, loaded.task.name, wait_s=lock_wait, on_wait=waiting) as turn:
+            if not turn.held:
+                return {**skipped_batch(turn.reason), "bad_lines": [], "written": 0, "out": str(out)}
+            return await resolve()
+
+    async def resolve() -> dict[str, Any]:
         with Progress(
             TextColumn("resolving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), disable=as_json
         ) as bar:
@@ -188,6 +203,10 @@ def resolve_batch_command(
         return {**report.to_json(), "bad_lines": [str(item) for item in bad], "written": written, "out": str(out)}
 
     result = run(on_dask() if task_runner == "dask" or scheduler else work())
+    if "batch_skipped" in result:
+        warn("skipped this batch:", result["batch_skipped"])
+        emit(result, as_json, lambda: console.print(f"skipped: {result['batch_skipped']}", highlight=False))
+        return
     for failure in result["failed"]:
         warn("failed", failure)
     emit(
