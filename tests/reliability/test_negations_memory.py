@@ -24,7 +24,11 @@ pytestmark = pytest.mark.reliability
 PAIRS = [
     ("Please cancel my order 48213.", "We have cancelled order 48213.", "Please don't cancel my order 48213."),
     ("I want to close my account.", "Your account will be closed.", "I don't want to close my account."),
-    ("Send me the invoice for order 55120.", "The invoice is on its way.", "Do not send me the invoice for order 55120."),
+    (
+        "Send me the invoice for order 55120.",
+        "The invoice is on its way.",
+        "Do not send me the invoice for order 55120.",
+    ),
     ("Turn on two-step sign-in for me.", "Two-step sign-in is on.", "Do not turn on two-step sign-in for me."),
     ("I want to return the headphones.", "Here is your return label.", "I don't want to return the headphones."),
     ("Change my email address, please.", "Your email address is changed.", "Don't change my email address, please."),
