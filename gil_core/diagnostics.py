@@ -120,6 +120,8 @@ class Diagnostics:
         meter_provider: MeterProvider | None = None,
     ) -> None:
         self._tracer = trace.get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider=tracer_provider)
+        self._own_tracer = tracer_provider is not None
+        self._idle_tracer = trace.NoOpTracer()
         meter = metrics.get_meter(INSTRUMENTATION_NAME, __version__, meter_provider=meter_provider)
         self._resolutions: Counter = meter.create_counter(
             "gil.resolutions", unit="{resolution}", description="Requests resolved, by task and mode."
@@ -147,6 +149,20 @@ class Diagnostics:
         the span, sets status ERROR and mode "error" (metrics included), and propagates. For a ``private``
         (do-not-record) request the exception is recorded by its type only: its message may quote the request.
         """
+        if not self._tracing():
+            # No tracer provider: the API's span would record nothing. The one it would give is taken as it is
+            # (no context to switch), and the metrics are recorded as ever.
+            idle = self._idle_tracer.start_span("gil.resolve")
+            started = time.perf_counter()
+            handle = ResolveSpan(idle)
+            try:
+                yield handle
+            except BaseException:
+                self._record_resolution(task, "error", handle._outcome, started)
+                raise
+            outcome = handle._outcome
+            self._record_resolution(task, "unknown" if outcome is None else outcome.mode, outcome, started)
+            return
         with self._tracer.start_as_current_span(
             "gil.resolve",
             attributes={"gil.task": task},
@@ -177,6 +193,14 @@ class Diagnostics:
         recorded in ``gil.call.energy``. An exception escaping the block is recorded on the span (by its type
         only for a do-not-record call, ``call_options``), sets status ERROR, and propagates.
         """
+        if not self._tracing():
+            handle = CallSpan(self._idle_tracer.start_span("gil.call"))
+            try:
+                yield handle
+            finally:
+                if handle._usage is not None:
+                    self._call_energy.record(handle._usage.energy, {"gil.role": role, "gil.model": model})
+            return
         attributes: dict[str, str | int] = {"gil.role": role, "gil.model": model}
         if node_id is not None:
             attributes["gil.node"] = node_id
@@ -207,18 +231,25 @@ class Diagnostics:
                     )
                     self._call_energy.record(usage.energy, {"gil.role": role, "gil.model": model})
 
+    def _tracing(self) -> bool:
+        """Whether a span could record anything: a provider was given, or one is installed globally (now: it may
+        be set after gil is first used)."""
+        return self._own_tracer or not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
     def _end_resolution(
         self, span: Span, task: str, mode: str, outcome: _ResolutionOutcome | None, started: float
     ) -> None:
         span.set_attribute("gil.mode", mode)
-        energy = 0.0
         if outcome is not None:
-            energy = outcome.energy
             span.set_attributes({"gil.memory": outcome.memory, "gil.energy": outcome.energy})
             if outcome.confidence is not None:
                 span.set_attribute("gil.confidence", outcome.confidence)
             if outcome.failure is not None:
                 span.set_attribute("gil.failure", outcome.failure)
+        self._record_resolution(task, mode, outcome, started)
+
+    def _record_resolution(self, task: str, mode: str, outcome: _ResolutionOutcome | None, started: float) -> None:
+        energy = outcome.energy if outcome is not None else 0.0
         labels = {"gil.task": task, "gil.mode": mode}
         self._resolutions.add(1, labels)
         self._resolution_energy.record(energy, labels)

@@ -119,6 +119,7 @@ class Resolver:
         self._order_seed = order_seed
         self._extra_body = extra_body
         self._configs: dict[str, dict[str, Any]] = {}
+        self._configured: dict[str, TaskDefinition] = {}  # the definition whose configuration was recorded last
         # Rows of traces this resolver stored recently: feedback usually follows soon, and a scan of the
         # traces table costs a read of every file in it.
         self._recent: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -620,14 +621,16 @@ class Resolver:
         return [row for row in rows if row is not None]
 
     def _record_config(self, task: TaskDefinition) -> None:
-        config = task.config()
-        if self._configs.get(task.name) == config:
+        if self._configured.get(task.name) is task:  # a definition is immutable: its configuration is recorded
             return
-        self._store.append(
-            "run_configs",
-            [{"task": task.name, "created_at": utc_now(), "config": json.dumps(config, ensure_ascii=False)}],
-        )
-        self._configs[task.name] = config
+        config = task.config()
+        if self._configs.get(task.name) != config:
+            self._store.append(
+                "run_configs",
+                [{"task": task.name, "created_at": utc_now(), "config": json.dumps(config, ensure_ascii=False)}],
+            )
+            self._configs[task.name] = config
+        self._configured[task.name] = task
 
 
 _MASK = "***"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gil_core.errors import ConfigurationError
@@ -138,26 +138,25 @@ class GreedyTraverser:
                 reason = "none_selected"
             elif dist.confidence < self._thresholds.for_node(node, layer):
                 reason = "low_confidence"
-            judged = Step(
-                node=node.id,
-                layer=layer,
-                outcome="exit",
-                p=dist.confidence,
-                probs=dist.probs,
-                energy=judgment.energy,
-                none_prob=dist.none_prob,
-                decided_by=getattr(judgment, "decided_by", None),
-                learned=getattr(judgment, "learned", None),
-                audit=getattr(judgment, "audit", None),
-            )
+            judged: dict[str, Any] = {
+                "node": node.id,
+                "layer": layer,
+                "p": dist.confidence,
+                "probs": dist.probs,
+                "energy": judgment.energy,
+                "none_prob": dist.none_prob,
+                "decided_by": getattr(judgment, "decided_by", None),
+                "learned": getattr(judgment, "learned", None),
+                "audit": getattr(judgment, "audit", None),
+            }
             if reason is not None:
-                steps.append(judged)
+                steps.append(Step(outcome="exit", **judged))
                 return Traversal(tuple(steps), exit_reason=reason)
             chosen = next(c for c in candidates if c.id == dist.choice)
             if chosen.is_shadow:
-                steps.append(replace(judged, outcome="defer", chosen=chosen.id))
+                steps.append(Step(outcome="defer", chosen=chosen.id, **judged))
                 return Traversal(tuple(steps), exit_reason="shadow", shadow=chosen)
-            steps.append(replace(judged, outcome="accept", chosen=chosen.id))
+            steps.append(Step(outcome="accept", chosen=chosen.id, **judged))
             if node.is_leaf:
                 return Traversal(tuple(steps), habit=tree.option(chosen.id))
             node, layer = tree.node(chosen.id), layer + 1

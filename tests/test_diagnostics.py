@@ -320,3 +320,56 @@ def test_diagnostics_imports_the_opentelemetry_api_only_never_the_sdk() -> None:
             imported.add(node.module)
     assert not any(name.startswith("opentelemetry.sdk") for name in imported)
     assert "opentelemetry" in imported or any(name.startswith("opentelemetry.") for name in imported)
+
+
+def test_without_a_tracer_provider_no_span_is_opened_and_the_metrics_still_count() -> None:
+    """No tracer provider (given or global): the resolution's handle holds the API's non-recording span, the
+    current span is left as it was, and the metrics count each resolution and call as with spans."""
+    from opentelemetry import trace
+
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    telemetry = Telemetry(Diagnostics(meter_provider=meter_provider), InMemorySpanExporter(), reader)
+    before = trace.get_current_span()
+    with telemetry.diagnostics.resolve_span("support") as resolution:
+        assert not resolution.span.is_recording() and trace.get_current_span() is before
+        with telemetry.diagnostics.call_span(role="judge", model="qwen") as call:
+            call.finish(prompt_tokens=1, completion_tokens=1, cached_tokens=0, energy=2.0)
+        resolution.finish(mode="tree", memory="off", energy=2.0, confidence=None, failure=None)
+    with pytest.raises(Boom), telemetry.diagnostics.resolve_span("support"):
+        raise Boom("no")
+    assert telemetry.sums("gil.resolutions") == {
+        (("gil.mode", "error"), ("gil.task", "support")): 1,
+        (("gil.mode", "tree"), ("gil.task", "support")): 1,
+    }
+    assert telemetry.histograms("gil.call.energy")[(("gil.model", "qwen"), ("gil.role", "judge"))].sum == 2.0
+    meter_provider.shutdown()
+
+
+def test_a_global_tracer_provider_set_after_first_use_gets_the_spans() -> None:
+    """Spans are opened once a global provider is installed, even after gil's diagnostics were created (run in a
+    fresh interpreter: the global provider can be set once per process)."""
+    import subprocess
+    import sys
+
+    script = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from gil_core.diagnostics import default_diagnostics
+
+diagnostics = default_diagnostics()
+with diagnostics.resolve_span("before"):
+    pass
+spans = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(spans))
+trace.set_tracer_provider(provider)
+with diagnostics.resolve_span("after"), diagnostics.call_span(role="judge", model="qwen"):
+    pass
+print(sorted((span.name, dict(span.attributes).get("gil.task", "")) for span in spans.get_finished_spans()))
+"""
+    finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert finished.stdout.strip() == "[('gil.call', ''), ('gil.resolve', 'after')]"

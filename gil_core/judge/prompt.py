@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from gil_core.language import PromptLanguage, fill
 from gil_core.llm.ports import Message
@@ -52,6 +53,14 @@ def label_candidates(
     candidates: Sequence[Candidate], scheme: LabelScheme, *, node_id: str | None = None
 ) -> tuple[CandidateShown, ...]:
     """ "None of these" takes the scheme's first symbol; the candidates take the following ones, in order."""
+    # A node shows the same candidates to every request (unless shuffled): label them once.
+    return _labelled(tuple(candidates), scheme, node_id)
+
+
+@lru_cache(maxsize=4096)
+def _labelled(
+    candidates: tuple[Candidate, ...], scheme: LabelScheme, node_id: str | None
+) -> tuple[CandidateShown, ...]:
     symbols = scheme.candidate_symbols(len(candidates), node=node_id)
     shown = [CandidateShown(id=None, shown_as=scheme.none_symbol)]
     shown += [
@@ -64,6 +73,15 @@ def label_candidates(
 def build_judge_messages(language: PromptLanguage, request: str, shown: Sequence[CandidateShown]) -> list[Message]:
     """System = the judge instruction; user = the framed request, a blank line, and the question with one
     line per shown label, "none of these" first."""
+    return [
+        {"role": "system", "content": language.judge_system},
+        {"role": "user", "content": language.with_input(request) + _question(language, tuple(shown))},
+    ]
+
+
+@lru_cache(maxsize=4096)
+def _question(language: PromptLanguage, shown: tuple[CandidateShown, ...]) -> str:
+    """The part of a judge's user message after the request (the same for every request shown ``shown``)."""
     lines = [
         fill(language.judge_none_choice, {"symbol": item.shown_as, "none": language.none_of_these})
         if item.id is None
@@ -73,8 +91,4 @@ def build_judge_messages(language: PromptLanguage, request: str, shown: Sequence
         )
         for item in shown
     ]
-    question = fill(language.judge_question, {"choices": "\n".join(lines)})
-    return [
-        {"role": "system", "content": language.judge_system},
-        {"role": "user", "content": language.with_input(request) + language.section_separator + question},
-    ]
+    return language.section_separator + fill(language.judge_question, {"choices": "\n".join(lines)})

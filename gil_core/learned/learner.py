@@ -35,6 +35,7 @@ from gil_core.learned.fit import fit_state, prior_texts
 from gil_core.learned.log import VerdictDigest, read_learned_log, verdict_digest
 from gil_core.learned.state import LearnedState, read_state, state_key, write_state
 from gil_core.llm.ports import EmbeddingModel
+from gil_core.llm.recorder import current_trace_id
 from gil_core.llm.trace_vectors import TraceVectorCache
 from gil_core.storage import Folder
 from gil_core.tasks import LearnedPolicy, TaskDefinition
@@ -77,6 +78,7 @@ class Learner:
         self._locks: dict[str, asyncio.Lock] = {}
         self._priors: dict[str, NDArray[np.float32]] = {}
         self._texts: LRUCache[str, NDArray[np.float32]] = LRUCache(4096)
+        self._request_vectors: LRUCache[tuple[str, str], NDArray[np.float32]] = LRUCache(512)
         self.fits = 0  # how many fits this learner ran (tests count them)
 
     @property
@@ -99,9 +101,18 @@ class Learner:
         return state
 
     async def request_vector(self, text: str) -> NDArray[np.float32]:
-        """The request's unit vector (one embedding call per request and trace)."""
+        """The request's unit vector (one embedding call per request and trace). Inside a trace it is made once:
+        every node of a walk asks for it, and the trace's vector does not change."""
+        trace_id = current_trace_id()
+        key = (trace_id, text) if trace_id is not None else None
+        if key is not None and (kept := self._request_vectors.get(key)) is not None:
+            return kept
         embeddings = await self._vectors.embed([text])
-        return _unit(np.asarray(embeddings.vectors[0], dtype=np.float32))
+        vector = _unit(np.asarray(embeddings.vectors[0], dtype=np.float32))
+        if key is not None:
+            vector.flags.writeable = False  # shared by the nodes of the walk
+            self._request_vectors[key] = vector
+        return vector
 
     async def text_vectors(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """Unit vectors of fixed texts (shadows' requests), kept once embedded."""

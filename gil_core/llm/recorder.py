@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from gil_core.diagnostics import Diagnostics, default_diagnostics
@@ -24,6 +24,7 @@ from gil_core.telemetry.records import CallRecord, CallRole, CallSink, Candidate
 
 __all__ = ["CallRecorder", "CallScope", "EmbeddingRecorder", "call_scope", "current_trace_id", "trace_scope"]
 
+_RECORD_FIELDS = tuple(item.name for item in fields(CallRecord))
 _SCOPE: ContextVar[CallScope | None] = ContextVar("gil_call_scope", default=None)
 _TRACE: ContextVar[_TraceContext | None] = ContextVar("gil_trace", default=None)
 
@@ -57,7 +58,13 @@ class CallScope:
     @property
     def records(self) -> list[CallRecord]:
         """The calls recorded so far, with the annotations given so far."""
-        return [replace(record, **self.annotations) for record, _ in self._pending]
+        return [self._annotated(record) for record, _ in self._pending]
+
+    def _annotated(self, record: CallRecord) -> CallRecord:
+        if not self.annotations:
+            return record
+        # ``dataclasses.replace`` without its per-field checks: every field of a record is an init field.
+        return CallRecord(**({name: getattr(record, name) for name in _RECORD_FIELDS} | self.annotations))
 
     @property
     def energy(self) -> float:
@@ -79,9 +86,11 @@ class CallScope:
             self.annotations["outcome"] = outcome
 
     def _flush(self) -> None:
+        if not self._pending:
+            return
         by_sink: dict[int, tuple[CallSink, list[CallRecord]]] = {}
         for record, sink in self._pending:
-            by_sink.setdefault(id(sink), (sink, []))[1].append(replace(record, **self.annotations))
+            by_sink.setdefault(id(sink), (sink, []))[1].append(self._annotated(record))
         for sink, records in by_sink.values():
             _deliver(records, sink)
 
@@ -162,7 +171,9 @@ class _Recording:
         else:
             scope._pending.append((record, self._sink))
 
-    def _base(self, scope: CallScope | None, model: str, usage: Usage, latency_ms: float) -> CallRecord:
+    def _base(self, scope: CallScope | None, model: str, usage: Usage, latency_ms: float, **columns: Any) -> CallRecord:
+        """The call's record; ``columns`` are the rest of its fields (content, timings, …), given here so that a
+        record is built once rather than copied field by field for each addition."""
         return CallRecord(
             call_id=uuid.uuid4().hex,
             trace_id=current_trace_id(),
@@ -177,6 +188,7 @@ class _Recording:
             latency_ms=latency_ms,
             energy=self._price(usage),
             candidates=tuple(scope.candidates) if scope is not None else (),
+            **columns,
         )
 
 
@@ -217,21 +229,20 @@ class CallRecorder(_Recording):
                 top_logprobs=top_logprobs,
                 extra_body=extra_body,
             )
-            record = self._base(scope, completion.model or self._model.name, completion.usage, completion.latency_ms)
-            record = replace(
-                record,
-                gpu_prompt_ms=completion.timings.prompt_ms if completion.timings else None,
-                gpu_predicted_ms=completion.timings.predicted_ms if completion.timings else None,
-            )
+            timings = completion.timings
+            columns: dict[str, Any] = {
+                "gpu_prompt_ms": timings.prompt_ms if timings else None,
+                "gpu_predicted_ms": timings.predicted_ms if timings else None,
+            }
             if not current_call_options().do_not_record:  # else: counts, timings and price only
-                record = replace(
-                    record,
-                    content=completion.content,
-                    first_token=completion.top_logprobs[0].token if completion.top_logprobs else None,
-                    top_logprobs=tuple((item.token, item.logprob) for item in completion.top_logprobs),
-                    raw_response=json.dumps(completion.raw, ensure_ascii=False) if completion.raw is not None else None,
-                )
-            finish(record)
+                logprobs = completion.top_logprobs
+                columns["content"] = completion.content
+                columns["first_token"] = logprobs[0].token if logprobs else None
+                columns["top_logprobs"] = tuple((item.token, item.logprob) for item in logprobs)
+                raw = completion.raw
+                columns["raw_response"] = json.dumps(raw, ensure_ascii=False) if raw is not None else None
+            model = completion.model or self._model.name
+            finish(self._base(scope, model, completion.usage, completion.latency_ms, **columns))
         return completion
 
 
@@ -258,5 +269,5 @@ class EmbeddingRecorder(_Recording):
         with self._span("embed", self._model.name) as finish:
             embeddings = await self._model.embed(texts)
             record = self._base(scope, embeddings.model or self._model.name, embeddings.usage, embeddings.latency_ms)
-            finish(replace(record, role="embed"))
+            finish(record if record.role == "embed" else replace(record, role="embed"))
         return embeddings
