@@ -508,7 +508,7 @@ def _resolver_notes(figures: ResolverFigures) -> list[str]:
             f"resolves the requests and flushes a group that reaches {_GROUP_ROWS:,} rows): on a core of its own "
             f"the batch would reach about {1 / cpu:,.0f} requests/s. {where} The "
             "flushes are `gil_core/telemetry` (each group's rows conformed, validated, written as one Parquet file "
-            "per table and fsync-ed), and they run on the flusher thread, taking the interpreter lock from the "
-            "requests while they run Python."
+            "per table and fsync-ed): they run on the group's flusher thread, and on the event loop's when a group "
+            "reaches its row limit, where the requests wait for them."
         )
     return notes
