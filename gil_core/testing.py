@@ -12,9 +12,12 @@ import hashlib
 import itertools
 import json
 import math
+import random
+import socket
+import struct
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -50,6 +53,10 @@ FailureKind = Literal[
 """What ``enqueue_failure`` can script; the numbers are HTTP statuses answered with an OpenAI error body.
 "drip" sends a 200 and then its body one byte at a time, never finishing; "huge" a 200 whose body runs to
 hundreds of MB, without a length (``ScriptedOpenAIServer``'s ``drip_seconds`` and ``huge_bytes``)."""
+
+_MIX_ONLY = ("reset", "slow")
+"""Faults a ``fault_mix`` draws besides every ``FailureKind``: "reset" resets the connection (TCP RST) after the
+request was read, without a reply; "slow" sends the healthy reply after ``slow_seconds``."""
 
 _CHAT_PATH = "/v1/chat/completions"
 _EMBEDDINGS_PATH = "/v1/embeddings"
@@ -309,6 +316,9 @@ class _Response:
     length: int | None = None  # the Content-Length announced; None: len(payload), or none at all when streaming
 
 
+_RESET = _Response(0, b"")  # the sentinel reply: reset the connection
+
+
 def _json_response(status: int, body: object, headers: Mapping[str, str] | None = None) -> _Response:
     return _Response(status, json.dumps(body, ensure_ascii=False).encode(), headers=headers or {})
 
@@ -364,6 +374,12 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {name.lower(): value for name, value in self.headers.items()}
         path, _, query = self.path.partition("?")
         response = cast(_HTTPServer, self.server).owner._answer(path, raw, headers, query)
+        if response is _RESET:
+            # Linger 0 makes close() send RST instead of FIN: the client's read fails with a reset connection.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
+            return
         if response is None:
             return  # the connection closes without a reply
         try:
@@ -402,6 +418,13 @@ class ScriptedOpenAIServer(_Script):
     A queued "refuse" stops listening (connections are refused) until ``resume_listening()``; a "drip" sends one
     byte every ``drip_seconds`` for up to ``hang_seconds``, a "huge" reply ``huge_bytes``; ``streamed`` records
     what each of those sent.
+
+    ``fault_mix`` injects faults at random, as a flaky server or network would: a mapping of fault to the share of
+    requests (chat and embeddings) that get it, drawn per request from ``random.Random(fault_seed)``, so one seed
+    gives one sequence of draws (which request meets which draw still depends on arrival order). A fault is any
+    ``FailureKind``, "reset" (the connection is reset after the request was read: TCP RST, no reply) or "slow"
+    (the healthy reply, ``slow_seconds`` late). A queued item is served before any draw; ``faults`` counts what
+    the mix injected, by fault.
     """
 
     def __init__(
@@ -414,10 +437,19 @@ class ScriptedOpenAIServer(_Script):
         latency_seconds: float = 0.0,
         drip_seconds: float = 2.0,
         huge_bytes: int = 300 * 1024 * 1024,
+        fault_mix: Mapping[str, float] | None = None,
+        fault_seed: int = 0,
+        slow_seconds: float = 1.0,
     ) -> None:
         super().__init__()
         if drip_seconds <= 0 or huge_bytes < 0:
             raise ValueError(f"drip_seconds must be > 0 and huge_bytes >= 0 ({drip_seconds}, {huge_bytes})")
+        if not 0.0 <= slow_seconds <= _MAX_HANG_SECONDS:
+            raise ValueError(f"slow_seconds must be within 0..{_MAX_HANG_SECONDS:g}, got {slow_seconds}")
+        self._fault_mix = _checked_mix(fault_mix or {})
+        self._fault_random = random.Random(fault_seed)
+        self._slow_seconds = slow_seconds
+        self.faults: Counter[str] = Counter()
         if not 0.0 <= latency_seconds <= _MAX_HANG_SECONDS:
             raise ValueError(f"latency_seconds must be within 0..{_MAX_HANG_SECONDS:g}, got {latency_seconds}")
         self._responder = responder
@@ -534,6 +566,13 @@ class ScriptedOpenAIServer(_Script):
         chat = path == _CHAT_PATH
         item = self._take(lambda head: chat or isinstance(head, _Failure | _RawReply))
         self._refuse_if_next()
+        if item is None and (drawn := self._draw_fault()) is not None:
+            if drawn == "reset":
+                return _RESET
+            if drawn == "slow":
+                self._closing.wait(self._slow_seconds)
+            else:
+                return self._fail(_Failure(cast(FailureKind, drawn)))
         if isinstance(item, _Failure):
             return self._fail(item)
         if isinstance(item, _RawReply):
@@ -543,6 +582,19 @@ class ScriptedOpenAIServer(_Script):
         if not chat:
             return self._embeddings(body)
         return self._chat(body, item)
+
+    def _draw_fault(self) -> str | None:
+        """The fault ``fault_mix`` gives this request, if any (one draw per request, under the lock)."""
+        if not self._fault_mix:
+            return None
+        with self._lock:
+            draw = self._fault_random.random()
+            for fault, share in self._fault_mix.items():
+                if draw < share:
+                    self.faults[fault] += 1
+                    return fault
+                draw -= share
+        return None
 
     def _fail(self, failure: _Failure) -> _Response | None:
         if failure.kind == "hang":
@@ -617,3 +669,14 @@ class ScriptedOpenAIServer(_Script):
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         model = body.get("model", self._embedder.name)
         return _json_response(200, {"object": "list", "data": data, "model": model, "usage": usage})
+
+
+def _checked_mix(mix: Mapping[str, float]) -> dict[str, float]:
+    """``mix`` checked: known faults, shares in [0, 1] adding up to at most 1."""
+    known = (*get_args(FailureKind), *_MIX_ONLY)
+    unknown = sorted(set(mix) - set(known))
+    if unknown:
+        raise ValueError(f"unknown fault(s) {unknown} in fault_mix; known: {', '.join(known)}")
+    if any(not 0.0 <= share <= 1.0 for share in mix.values()) or sum(mix.values()) > 1.0 + 1e-9:
+        raise ValueError(f"fault_mix shares must be within 0..1 and add up to at most 1, got {dict(mix)}")
+    return dict(mix)

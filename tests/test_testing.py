@@ -329,3 +329,39 @@ def test_server_latency_delays_every_reply_by_at_least_the_fixed_time() -> None:
     for bad in (-0.1, 31.0):
         with pytest.raises(ValueError, match="latency_seconds"):
             ScriptedOpenAIServer(latency_seconds=bad)
+
+
+def _outcomes(server: ScriptedOpenAIServer, count: int) -> tuple[list[str], list[float]]:
+    """What each of ``count`` chat requests met (its status, or "reset"), and how long each 200 took."""
+    import time
+
+    seen, walls = [], []
+    for _ in range(count):
+        started = time.monotonic()
+        try:
+            reply = post(server, "/chat/completions", {"messages": MESSAGES})
+        except httpx.TransportError:
+            seen.append("reset")
+            continue
+        seen.append(str(reply.status_code))
+        if reply.status_code == 200:
+            walls.append(time.monotonic() - started)
+    return seen, walls
+
+
+def test_server_fault_mix_injects_resets_errors_and_slow_replies_by_seeded_shares() -> None:
+    """Slow replies are checked by a lower bound only: on a busy machine any reply can be late, none early."""
+    mix, slow = {"reset": 0.2, "500": 0.2, "slow": 0.1}, 0.3
+    with ScriptedOpenAIServer(responder=lambda body: "ok", fault_mix=mix, fault_seed=7, slow_seconds=slow) as server:
+        first, walls = _outcomes(server, 60)
+        assert len(server.requests) == 60  # a reset request was read, then reset
+        counted = dict(server.faults)
+    with ScriptedOpenAIServer(responder=lambda body: "ok", fault_mix=mix, fault_seed=7, slow_seconds=slow) as server:
+        assert _outcomes(server, 60)[0] == first  # one seed, one sequence
+    assert set(counted) == {"reset", "500", "slow"}
+    assert (first.count("reset"), first.count("500")) == (counted["reset"], counted["500"])
+    assert first.count("200") == 60 - counted["reset"] - counted["500"]
+    assert sum(wall >= slow for wall in walls) >= counted["slow"]
+    for bad in ({"melt": 0.1}, {"500": 1.5}, {"500": 0.6, "reset": 0.6}):
+        with pytest.raises(ValueError, match="fault_mix"):
+            ScriptedOpenAIServer(fault_mix=bad)

@@ -1,0 +1,229 @@
+"""One process of the soak (``benchmarks.soak``): a resolver that stays open for the whole run, resolving a round
+of tickets at a time through ``resolve_batch`` under its task's batch turn, giving verdicts on part of each round,
+and after each round sampling its own RSS, open file handles and the bytes its memory entries and caches hold.
+Or, with ``--compactor``, the process that compacts every store while the others write.
+
+Each round prints one JSON line on stdout (what the parent reads); the tickets and verdicts it acknowledged go
+to a file of its own, so the worker holds no growing list of them (that would be growth it caused itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import functools
+import gc
+import hashlib
+import json
+import os
+import sys
+import time
+import types
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gil_core.batch import Ticket, Verdict, apply_verdicts, resolve_batch, ticket_trace_id
+from gil_core.batch_lock import hold_batch_turn_async
+from gil_core.maintenance import compact_store
+from gil_core.runtime import Runtime, open_runtime
+from gil_core.taskfile import load_task_file
+from gil_core.telemetry import TelemetryStore
+
+REFUND = "Refunds reach the original payment method within 5 business days of approval."
+VERDICT_EVERY, WRONG_EVERY, REPEAT_EVERY = 5, 25, 4  # ticket i gets a verdict, a correction, repeats a text
+_T = TypeVar("_T")
+_SKIPPED = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.CodeType, types.FrameType)
+
+
+def ticket_text(task: str, round_index: int, index: int) -> str:
+    """A ticket's text: new, or (every ``REPEAT_EVERY``-th from round 1 on) the text of a ticket of the round
+    before that got a verdict, so that memory serves it."""
+    if round_index > 0 and index % REPEAT_EVERY == REPEAT_EVERY - 1:
+        return ticket_text(task, round_index - 1, (index // REPEAT_EVERY) * VERDICT_EVERY)
+    digest = hashlib.sha1(f"{task}/{round_index}/{index}".encode()).hexdigest()[:10]
+    return f"customer {digest} of {task} asks about refund number {round_index}-{index}"
+
+
+def round_tickets(task: str, round_index: int, size: int) -> Iterator[Ticket]:
+    """The round's tickets as a stream, as ``gil resolve-batch`` reads a file."""
+    for index in range(size):
+        yield Ticket(f"r{round_index}-{index}", ticket_text(task, round_index, index))
+
+
+def round_verdicts(task: str, round_index: int, size: int) -> Iterator[Verdict]:
+    for index in range(0, size, VERDICT_EVERY):
+        trace_id = ticket_trace_id(task, f"r{round_index}-{index}")
+        wrong = index % WRONG_EVERY == 0
+        yield Verdict(trace_id, not wrong, REFUND if wrong else None)
+
+
+def deep_size(roots: Iterable[object], seen: set[int]) -> int:
+    """Bytes of every object reachable from ``roots`` and not in ``seen`` (which it extends): classes, modules,
+    functions and code are shared by the process, not held, and are not followed."""
+    total, stack = 0, [root for root in roots if id(root) not in seen]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or isinstance(item, _SKIPPED):
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item, 0)
+        stack.extend(gc.get_referents(item))
+    return total
+
+
+def _instances(*names: str) -> list[object]:
+    return [item for item in gc.get_objects() if type(item).__name__ in names]
+
+
+def accounted_bytes(runtime: Runtime) -> dict[str, int]:
+    """What the remembered entries and the documented caches hold (Python-reachable bytes, each counted once),
+    and everything else reachable from the runtime."""
+    seen: set[int] = set()
+    resolver = runtime.resolver
+    sizes = {
+        "memory entries": deep_size(_instances("TaskVectors", "IndexedTask"), seen),
+        "memory query vectors": deep_size(_instances("_QueryVectors"), seen),
+        "request cache": deep_size(_instances("InProcessRequestCache"), seen),
+        "memory evidence and shadow index": deep_size(
+            [getattr(resolver, "_evidence_by_task", None), getattr(resolver, "_shadows", None)], seen
+        ),
+    }
+    grams = getattr(sys.modules.get("gil_core.testing"), "_gram_bucket", None)
+    if grams is not None:  # the hash embedder's 3-gram cache (functools.lru_cache), where it has one
+        dicts = [item for item in gc.get_referents(grams) if isinstance(item, dict)]
+        sizes["hash embedder 3-gram cache"] = deep_size([max(dicts, key=len)], seen) if dicts else 0
+    sizes["other reachable from the runtime"] = deep_size([runtime], seen)
+    return sizes
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+    )]  # fmt: skip
+
+
+def _malloc_in_use() -> int | None:
+    """Bytes glibc's malloc has handed out and not taken back (all arenas, mmapped blocks included); None off
+    glibc. Python's objects, LanceDB's and Arrow's buffers live there; Polars allocates with its own allocator."""
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    return int(info.uordblks + info.hblkhd)
+
+
+def process_sample() -> dict[str, int | None]:
+    """This process's resident set (bytes), open file handles and threads, from /proc, and malloc's bytes."""
+    status = dict(
+        line.split(":", 1) for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines() if ":" in line
+    )
+    return {
+        "rss": int(status["VmRSS"].split()[0]) * 1024,
+        "fds": len(os.listdir("/proc/self/fd")),
+        "threads": int(status["Threads"]),
+        "malloc": _malloc_in_use(),
+    }
+
+
+async def _rerun_until_done(start: Callable[[], Awaitable[_T]], attempts: int = 5) -> tuple[_T, list[str]]:
+    """Run a batch (or a feedback run) again after it crashed, as an operator or a scheduler would: both are
+    idempotent. What each crash was (its type and the start of its message) is reported, not hidden."""
+    crashes: list[str] = []
+    while True:
+        try:
+            return await start(), crashes
+        except Exception as exc:  # a crash of the whole batch, which the soak reports
+            crashes.append(f"{type(exc).__name__}: {str(exc)[:160]}")
+            if len(crashes) >= attempts:
+                raise
+
+
+async def soak(options: argparse.Namespace) -> None:
+    loaded = load_task_file(options.task_file)
+    task = loaded.task
+    waits = 0
+
+    def waiting(holder: str) -> None:
+        nonlocal waits
+        waits += 1
+
+    with Path(options.acknowledged).open("a", encoding="utf-8") as acknowledged:
+        async with open_runtime(loaded) as runtime:
+            for round_index in range(options.rounds):
+                started, waits = time.monotonic(), 0
+                line: dict[str, Any] = {"round": round_index}
+                async with hold_batch_turn_async(
+                    loaded.store, task.name, wait_s=options.lock_wait, on_wait=waiting
+                ) as turn:
+                    line["waited_s"] = round(time.monotonic() - started, 3)
+                    line["held"] = turn.held
+                    if turn.held:
+                        tickets = functools.partial(round_tickets, task.name, round_index, options.size)
+                        resolve = functools.partial(resolve_batch, concurrency=options.concurrency)
+                        report, line["crashes"] = await _rerun_until_done(
+                            lambda: resolve(runtime.resolver, task, tickets())  # noqa: B023 - awaited at once
+                        )
+                        failed = {item.where.removeprefix("ticket ").strip("'") for item in report.failed}
+                        line |= {"resolved": report.resolved, "done_before": report.skipped, "failed": len(failed)}
+                        ids = [f"r{round_index}-{index}" for index in range(options.size)]
+                        acknowledged.write(json.dumps({"tickets": [i for i in ids if i not in failed]}) + "\n")
+                line["waits"] = waits
+                resolved_at = time.monotonic()
+                if options.feedback and turn.held:
+                    verdicts = list(round_verdicts(task.name, round_index, options.size))
+                    feedback, crashes = await _rerun_until_done(
+                        lambda: apply_verdicts(runtime.resolver, task, verdicts)  # noqa: B023 - awaited at once
+                    )
+                    line["crashes"] = line.get("crashes", []) + crashes
+                    given = [v for v in verdicts if f"trace {v.trace_id!r}" not in {f.where for f in feedback.failed}]
+                    acknowledged.write(
+                        json.dumps({"verdicts": [[v.trace_id, v.correct, v.correction] for v in given]}) + "\n"
+                    )
+                    line |= {"verdicts": feedback.applied, "verdicts_failed": len(feedback.failed)}
+                acknowledged.flush()
+                line |= {
+                    "resolve_s": round(resolved_at - started, 3),
+                    "round_s": round(time.monotonic() - started, 3),
+                    "at": time.time(),
+                }
+                line |= process_sample()
+                line["accounted"] = accounted_bytes(runtime)
+                print(json.dumps(line), flush=True)
+
+
+def compact_until(stores: list[str], stop: Path, interval: float) -> None:
+    """Compact every store's tables every ``interval`` seconds until ``stop`` exists; one JSON line per pass."""
+    while not stop.exists():
+        started = time.monotonic()
+        merged = {store: sum(compact_store(TelemetryStore(store)).values()) for store in stores}
+        print(json.dumps({"merged": merged, "pass_s": round(time.monotonic() - started, 3)}), flush=True)
+        deadline = time.monotonic() + interval
+        while time.monotonic() < deadline and not stop.exists():
+            time.sleep(0.2)
+
+
+def main(arguments: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task-file", type=Path)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--size", type=int, default=100, help="tickets per round")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--lock-wait", type=float, default=60.0)
+    parser.add_argument("--feedback", action="store_true", help="give verdicts on part of each round")
+    parser.add_argument("--acknowledged", type=Path, help="file of the tickets and verdicts acknowledged")
+    parser.add_argument("--compactor", nargs="*", help="compact these stores instead (until --stop exists)")
+    parser.add_argument("--stop", type=Path)
+    parser.add_argument("--interval", type=float, default=5.0)
+    options = parser.parse_args(arguments)
+    if options.compactor is not None:
+        compact_until(options.compactor, options.stop, options.interval)
+        return
+    asyncio.run(soak(options))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

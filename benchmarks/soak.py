@@ -1,0 +1,397 @@
+"""A soak with faults: tickets through ``resolve_batch`` in several long-lived processes against the scripted
+OpenAI-compatible server injecting 2% faults (connection resets, 500s, slow replies), verdicts given between
+rounds and the stores compacted while they are written; then every ticket must have exactly one trace, nothing
+acknowledged may be missing, open file handles stay flat, and each process's RSS growth after a warm-up stays
+within 10% of what its remembered entries and documented caches account for.
+
+Processes (each its own interpreter, ``benchmarks._soak_worker``): one per task, plus a pair on one task and one
+ticket stream, which takes turns through the task's batch lock (``gil_core.batch_lock``: the second waits for the
+first, then finds the round done), plus a compactor. The server runs in this process. Issue 19, "Load".
+
+    uv run python -m benchmarks.soak --quick    # ~1,200 requests, under 2 minutes; prints only
+    uv run python -m benchmarks.soak            # 50,000 requests; writes its section of RELIABILITY.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import yaml
+
+from benchmarks._report import ROOT, Row, Section, publish
+from benchmarks._soak_worker import REFUND
+from gil_core.batch import ticket_trace_id
+from gil_core.telemetry import TelemetryStore
+from gil_core.testing import ScriptedOpenAIServer, ScriptedReply
+
+SECTION = "Soak with faults"
+COMMAND = "uv run python -m benchmarks.soak"
+RELIABILITY_FILE = ROOT / "RELIABILITY.md"
+FAULT_MIX = {"reset": 0.007, "500": 0.007, "slow": 0.006}
+SLOW_SECONDS = 0.5
+WARM_UP_ROUNDS = 2  # rounds whose growth is not held against the process (imports, first opens)
+RSS_SLACK = 0.10
+
+
+@dataclass(frozen=True)
+class Plan:
+    tasks: int  # processes with a task of their own
+    rounds: int
+    size: int  # tickets per round
+    concurrency: int
+    compact_every_s: float
+
+    @property
+    def requests(self) -> int:
+        return (self.tasks + 1) * self.rounds * self.size  # the pair resolves one stream between them
+
+
+QUICK = Plan(tasks=2, rounds=4, size=100, concurrency=8, compact_every_s=5.0)
+FULL = Plan(tasks=4, rounds=10, size=1000, concurrency=8, compact_every_s=20.0)
+
+
+class Responder:
+    """The model: sure of the billing → refund-status route at every judgment; answers generation with the
+    refund answer (a tree answer, so the contract holds)."""
+
+    def __call__(self, body: Mapping[str, Any]) -> ScriptedReply:
+        from tests.resolver._support import Script, SupportModel
+
+        model = SupportModel({}, default=Script(route=["billing", "refund status"], answers=[REFUND]))
+        return model(body)
+
+
+@dataclass
+class Worker:
+    name: str
+    task: str
+    store: Path
+    process: subprocess.Popen[str]
+    acknowledged: Path
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    stderr: str = ""
+
+    def read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("{"):
+                self.lines.append(json.loads(line))
+
+
+def task_file(folder: Path, task: str, base_url: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {
+        "task": task,
+        "tree": str(ROOT / "ontologies" / "support.yaml"),
+        "language": "en",
+        "thresholds": {"per_layer": [0.6], "leaf": 0.7},
+        "memory_threshold": 0.95,
+        "memory_guard": True,
+        "chat_model": {"url": base_url, "name": "scripted"},
+        "embedding_model": "hash",
+        "store": str(folder / "store"),
+        "memory": str(folder / "memory"),
+        "client": {"requests_per_second": 0},  # the scripted server is not rate-limited
+    }
+    path = folder / "task.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def start_worker(name: str, task: str, folder: Path, task_path: Path, plan: Plan, *, feedback: bool) -> Worker:
+    acknowledged = folder / f"{name}.acknowledged.jsonl"
+    command = [
+        sys.executable, "-m", "benchmarks._soak_worker", "--task-file", str(task_path), "--rounds", str(plan.rounds),
+        "--size", str(plan.size), "--concurrency", str(plan.concurrency), "--acknowledged", str(acknowledged),
+        *(["--feedback"] if feedback else []),
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    return Worker(name, task, folder / "store", process, acknowledged)
+
+
+class RequestCounter:
+    """Counts the server's requests and lets go of their records (the server keeps every request it saw)."""
+
+    def __init__(self, server: ScriptedOpenAIServer) -> None:
+        self.server, self.count = server, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self.take()
+
+    def take(self) -> None:
+        seen = len(self.server.requests)
+        del self.server.requests[:seen]
+        self.count += seen
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.take()
+
+
+def run(plan: Plan, work: Path) -> dict[str, Any]:
+    """Run the soak; what it measured and checked."""
+    with ScriptedOpenAIServer(
+        responder=Responder(), fault_mix=FAULT_MIX, fault_seed=19, slow_seconds=SLOW_SECONDS
+    ) as server:
+        counter = RequestCounter(server)
+        tasks = [f"soak-{index}" for index in range(plan.tasks)]
+        paths = {task: task_file(work / task, task, server.base_url) for task in [*tasks, "soak-pair"]}
+        started = time.time()
+        workers = [start_worker(t, t, work / t, paths[t], plan, feedback=True) for t in tasks]
+        workers += [
+            start_worker(f"soak-pair-{m}", "soak-pair", work / "soak-pair", paths["soak-pair"], plan, feedback=m == 0)
+            for m in (0, 1)
+        ]
+        stop = work / "stop"
+        compactor = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks._soak_worker", "--compactor",
+             *(str(work / t / "store") for t in paths), "--stop", str(stop), "--interval", str(plan.compact_every_s)],
+            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        readers = [threading.Thread(target=worker.read, daemon=True) for worker in workers]
+        for reader in readers:
+            reader.start()
+        for worker, reader in zip(workers, readers, strict=True):
+            worker.process.wait()
+            reader.join()
+            assert worker.process.stderr is not None
+            worker.stderr = worker.process.stderr.read()
+        ended = time.time()
+        stop.touch()
+        compacted, compactor_err = compactor.communicate(timeout=600)
+        counter.stop()
+        faults = dict(server.faults)
+    for worker in workers:
+        if worker.process.returncode != 0:
+            raise SystemExit(f"{worker.name} exited {worker.process.returncode}:\n{worker.stderr[-3000:]}")
+    if compactor.returncode != 0:
+        raise SystemExit(f"the compactor exited {compactor.returncode}:\n{compactor_err[-3000:]}")
+    passes = [json.loads(line) for line in compacted.splitlines() if line.startswith("{")]
+    return {
+        "workers": workers,
+        "wall_s": ended - started,
+        "faults": faults,
+        "server_requests": counter.count,
+        "compactions": passes,
+        "checks": check_stores(workers, plan),
+    }
+
+
+def check_stores(workers: Sequence[Worker], plan: Plan) -> dict[str, Any]:
+    """Read back every task's store in a fresh process state: one trace per ticket, every acknowledged ticket and
+    verdict there."""
+    result: dict[str, Any] = {"tickets": 0, "traces": 0, "lost_tickets": 0, "lost_verdicts": 0, "verdicts": 0}
+    by_task: dict[str, list[Worker]] = {}
+    for worker in workers:
+        by_task.setdefault(worker.task, []).append(worker)
+    modes: dict[str, int] = {}
+    for task, members in by_task.items():
+        traces = TelemetryStore(members[0].store).read("traces").filter(pl.col("task") == task)
+        expected = {ticket_trace_id(task, f"r{r}-{i}") for r in range(plan.rounds) for i in range(plan.size)}
+        ids = traces.get_column("trace_id")
+        assert ids.n_unique() == traces.height, f"{task}: a trace id appears twice"
+        assert set(ids) == expected, (
+            f"{task}: {len(expected - set(ids))} tickets without a trace, {len(set(ids) - expected)} extra"
+        )
+        result["tickets"] += len(expected)
+        result["traces"] += traces.height
+        for mode, count in traces.group_by("mode").len().iter_rows():
+            modes[mode] = modes.get(mode, 0) + count
+        verdicts = {
+            row[0]: (row[1], row[2])
+            for row in traces.select("trace_id", "feedback_verdict", "feedback_correction").iter_rows()
+        }
+        for member in members:
+            for line in member.acknowledged.read_text(encoding="utf-8").splitlines():
+                entry = json.loads(line)
+                for ticket in entry.get("tickets", ()):
+                    result["lost_tickets"] += ticket_trace_id(task, ticket) not in verdicts
+                for trace_id, correct, correction in entry.get("verdicts", ()):
+                    result["verdicts"] += 1
+                    wanted = ("correct", None) if correct else ("wrong", correction)
+                    result["lost_verdicts"] += verdicts.get(trace_id) != wanted
+    result["modes"] = modes
+    return result
+
+
+def mib(value: float) -> str:
+    return f"{value / 2**20:,.1f} MiB"
+
+
+def growth(worker: Worker) -> dict[str, float]:
+    """RSS and accounted bytes from the end of the warm-up to the last sample; fds over the same span."""
+    samples = worker.lines
+    # The warm-up ends after its rounds and once the process has resolved a round itself (the pair's second
+    # process may first only find rounds done, before it has imported and opened what resolving needs).
+    resolving = next((index for index, line in enumerate(samples) if line.get("resolved")), 0)
+    start = max(WARM_UP_ROUNDS - 1, resolving)
+    first, last = samples[start], samples[-1]
+    accounted = {key: last["accounted"][key] - first["accounted"][key] for key in last["accounted"]}
+    named = sum(value for key, value in accounted.items() if not key.startswith("other"))
+    after = samples[start:]
+    malloc = (last["malloc"] - first["malloc"]) if last.get("malloc") is not None else None
+    return {
+        "warm_up": start + 1, "malloc_growth": malloc,
+        "rss_start": first["rss"], "rss_end": last["rss"], "rss_growth": last["rss"] - first["rss"],
+        "rss_peak": max(s["rss"] for s in samples), "accounted_growth": named,
+        "other_growth": accounted.get("other reachable from the runtime", 0),
+        "fds_min": min(s["fds"] for s in after), "fds_max": max(s["fds"] for s in after),
+        "fds_first": first["fds"], "fds_last": last["fds"],
+        "threads_max": max(s["threads"] for s in after), "threads_first": first["threads"],
+    }  # fmt: skip
+
+
+def section(plan: Plan, measured: dict[str, Any], quick: bool) -> Section:
+    workers: list[Worker] = measured["workers"]
+    checks = measured["checks"]
+    resolved = sum(line.get("resolved", 0) for w in workers for line in w.lines)
+    warm = [line for w in workers for line in w.lines[WARM_UP_ROUNDS:]]
+    warm_resolved = sum(line.get("resolved", 0) for line in warm)
+    warm_start = max(w.lines[WARM_UP_ROUNDS - 1]["at"] for w in workers if w.task != "soak-pair")
+    warm_end = max(w.lines[-1]["at"] for w in workers)
+    held_rate = warm_resolved / max(warm_end - warm_start, 1e-9)
+    round_rates = [
+        line["resolved"] / line["resolve_s"] for line in warm if line.get("resolved") and line["resolve_s"] > 0
+    ]
+    faults = measured["faults"]
+    pair = [w for w in workers if w.task == "soak-pair"]
+    pair_waits = sum(line["waits"] for w in pair for line in w.lines)
+    pair_resolved = [sum(line.get("resolved", 0) for line in w.lines) for w in pair]
+    pair_done_before = sum(line.get("done_before", 0) for w in pair for line in w.lines)
+    pair_skipped = sum(not line["held"] for w in pair for line in w.lines)
+    growths = {w.name: growth(w) for w in workers}
+    rss_ok = all(g["rss_growth"] <= (1 + RSS_SLACK) * max(g["accounted_growth"], 0) for g in growths.values())
+    fds_flat = all(g["fds_max"] - g["fds_min"] <= 2 and g["fds_last"] <= g["fds_first"] + 1 for g in growths.values())
+    failed = sum(line.get("failed", 0) for w in workers for line in w.lines)
+    crashes = [crash for w in workers for line in w.lines for crash in line.get("crashes", ())]
+    rows = [
+        Row("requests through `resolve_batch`", "≥ 50,000" if not quick else "(quick run)", f"{resolved:,} in "
+            f"{measured['wall_s']:.0f} s, {len(workers)} processes; {measured['server_requests']:,} HTTP requests "
+            f"reached the server", None if quick else resolved >= 50_000),
+        Row("requests/s held after the warm-up (all processes)", "—", f"{held_rate:,.1f} requests/s (per process "
+            f"and round: median {statistics.median(round_rates):,.1f}, lowest {min(round_rates):,.1f})"),
+        Row("faults injected and survived", "2% of HTTP requests", f"{sum(faults.values()):,} "
+            f"({sum(faults.values()) / max(measured['server_requests'], 1):.2%}): " + ", ".join(
+                f"{count:,} {name}" for name, count in sorted(faults.items())) + f"; {failed:,} tickets "
+            "reported failed by their batch (each still traced)", True),
+        Row("batches and feedback runs that crashed (then run again)", "0", f"{len(crashes)}" + (
+            ": " + "; ".join(f"{count}× `{text}`" for text, count in sorted(Counter(crashes).items())) if crashes
+            else ""), not crashes),
+        Row("traces per ticket", "exactly 1", f"{checks['traces']:,} traces for {checks['tickets']:,} tickets, "
+            "none twice, none missing (modes: " + ", ".join(f"{m} {c:,}" for m, c in sorted(checks["modes"].items()))
+            + ")", checks["traces"] == checks["tickets"]),
+        Row("acknowledged and lost", "0", f"{checks['lost_tickets']} tickets, {checks['lost_verdicts']} of "
+            f"{checks['verdicts']:,} verdicts", checks["lost_tickets"] == 0 and checks["lost_verdicts"] == 0),
+        Row("the pair on one task (batch lock)", "takes turns or skips; one trace per ticket", f"{pair_waits} "
+            f"waits for the other's turn, {pair_skipped} rounds skipped; resolved {pair_resolved[0]:,} + "
+            f"{pair_resolved[1]:,} = {sum(pair_resolved):,} of {plan.rounds * plan.size:,} tickets, "
+            f"{pair_done_before:,} found done by the other", sum(pair_resolved) == plan.rounds * plan.size),
+        Row("open file handles after the warm-up", "flat", "; ".join(
+            f"{name} {g['fds_min']}–{g['fds_max']}" for name, g in growths.items()), fds_flat),
+        Row("RSS growth after the warm-up", f"within {RSS_SLACK:.0%} of entries + caches", "; ".join(
+            f"{name} {mib(g['rss_growth'])} vs {mib(g['accounted_growth'])}" for name, g in growths.items()), rss_ok),
+        Row("compactions while writing", "—", f"{len(measured['compactions'])} passes over "
+            f"{len({w.task for w in workers})} stores, "
+            f"{sum(sum(p['merged'].values()) for p in measured['compactions']):,} files merged"),
+    ]  # fmt: skip
+    curves = [
+        f"| {w.name} | " + " | ".join(f"{line['rss'] / 2**20:.0f}/{line['fds']}" for line in w.lines) + " |"
+        for w in workers
+    ]
+    width = max(len(w.lines) for w in workers)
+    extra = "\n".join(
+        [
+            f"RSS (MiB) / open file handles of each process after each round (warm-up: {WARM_UP_ROUNDS} rounds):",
+            "",
+            "| process | " + " | ".join(f"r{i + 1}" for i in range(width)) + " |",
+            "|---|" + "---:|" * width,
+            *curves,
+        ]
+    )
+    accounting = "\n".join(
+        [
+            "What the growth after the warm-up is set against, per process (Python-reachable bytes, each object "
+            "counted once, from `gc`; `other` is everything else reachable from the runtime, not counted in the "
+            "target):",
+            "",
+            "| process | warm-up ends | RSS then | RSS growth | RSS peak | malloc growth | entries + caches growth "
+            "| other growth | threads |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            *(
+                f"| {name} | r{g['warm_up']} | {mib(g['rss_start'])} | {mib(g['rss_growth'])} | {mib(g['rss_peak'])} | "
+                f"{'—' if g['malloc_growth'] is None else mib(g['malloc_growth'])} | "
+                f"{mib(g['accounted_growth'])} | {mib(g['other_growth'])} | {g['threads_first']}–{g['threads_max']} |"
+                for name, g in growths.items()
+            ),
+        ]
+    )
+    last = {w.name: w.lines[-1]["accounted"] for w in workers}
+    held = "; ".join(f"{name}: " + ", ".join(f"{k} {mib(v)}" for k, v in parts.items()) for name, parts in last.items())
+    lead = (
+        f"{len(workers)} processes, each a `Resolver` (through `open_runtime`) kept open for the whole run: "
+        f"{plan.tasks} with a task of their own and a pair on one task and one ticket stream; {plan.rounds} rounds "
+        f"of {plan.size:,} tickets each, each round a `resolve_batch` (concurrency {plan.concurrency}, group commit) "
+        "under the task's batch turn (`hold_batch_turn_async`, 60 s wait), then verdicts on every fifth ticket of "
+        "the round (one in five of those a correction; the pair's first process gives them), so every fourth "
+        "ticket of the next round repeats a text memory holds. Support tree, hash embedder (no model weights), "
+        "LanceDB memory with the memory guard on, request cache at its default capacity (1,000). The model is "
+        "`ScriptedOpenAIServer` on loopback in the parent process with a seeded fault mix: "
+        + ", ".join(f"{share:.1%} {name}" for name, share in FAULT_MIX.items())
+        + f" (slow: the reply {SLOW_SECONDS:g} s late) of HTTP requests. A compactor process runs "
+        f"`compact_store` over every store every {plan.compact_every_s:g} s while they are written. Afterwards "
+        "every store is read back. Samples come from each process's own `/proc/self` after each round."
+    )
+    notes = [f"Held at the end (bytes reachable per part): {held}."]
+    return Section(SECTION, COMMAND + (" --quick" if quick else ""), lead, rows, notes, [extra, accounting])
+
+
+def main(arguments: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small: ~1,200 requests, under 2 minutes; prints only")
+    parser.add_argument(
+        "--output", type=Path, help=f"write the section here (default: {RELIABILITY_FILE.name} on full runs)"
+    )
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temporary one)")
+    options = parser.parse_args(arguments)
+    os.environ.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1")
+    plan = QUICK if options.quick else FULL
+    work = options.keep or Path(tempfile.mkdtemp(prefix="gil-soak-"))
+    print(f"soak: {plan.requests:,} requests in {plan.tasks + 2} processes, work folder {work}", flush=True)
+    measured = run(plan, work)
+    built = section(plan, measured, options.quick)
+    target = None if options.no_write else options.output or (None if options.quick else RELIABILITY_FILE)
+    publish([built], target)
+    if built.misses:
+        print("misses: " + "; ".join(row.what for row in built.misses), flush=True)
+    if options.keep is None:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
