@@ -250,10 +250,10 @@ def stats(
     as_json: JsonOption = False,
 ) -> None:
     """Accuracy per mode with 95% Wilson intervals, habit and memory rates, and cost per request over time."""
+    loaded = task_file(task_file_path)  # a bad task file is refused before the heavy imports
     from gil_core.learned import describe_nodes
     from gil_core.telemetry import TelemetryStore
 
-    loaded = task_file(task_file_path)
     store = guarded(lambda: TelemetryStore(loaded.store))
     result = guarded(lambda: store.stats(loaded.task.name, window, tree=loaded.task.tree))
     state = guarded(lambda: stored_learned_state(store, loaded)) if loaded.task.policy.learned is not None else None
