@@ -288,6 +288,7 @@ class ArmFigures:
     requests: int
     later: list[Record] = field(default_factory=list)
     chunks: list[tuple[float, float, float]] = field(default_factory=list)  # (accuracy, settled, energy)
+    all: list[Record] = field(default_factory=list)
 
     @classmethod
     def of(
@@ -296,6 +297,7 @@ class ArmFigures:
         """``positions``: for a sampled arm, each request's position in the whole stream, which decides whether
         it came after the warm-up (a baseline's answers do not depend on its own position)."""
         figures = cls(key, title, len(records))
+        figures.all = list(records)
         where = (lambda r: positions[r.id]) if positions is not None else (lambda r: r.position)
         figures.later = [r for r in records if where(r) >= WARMUP and r.never_seen]
         for start in range(0, len(records), CHUNK):
@@ -342,11 +344,15 @@ def stream_section(
     if learned is None:
         return rows, notes
     size = spec.size >= 500
+    if not learned.later:  # cut short before the warm-up ended: nothing to read yet
+        rows.append(Row(f"{spec.name}: {learned.title}", "≥ 90%" if size else "(reported)",
+                        f"not measured: {learned.requests} requests run, none after the first {WARMUP}"))  # fmt: skip
+        return rows, notes
     k, n = learned.accuracy
     rows.append(Row(f"{spec.name}: never-seen right after {WARMUP} confirmed", "≥ 90%" if size else "(reported)",
                     share(k, n), (k / n >= 0.9) if size and n else None))  # fmt: skip
     for base in (reflex, generation):
-        if base is not None:
+        if base is not None and base.later:
             bk, bn = base.accuracy
             rows.append(Row(f"{spec.name}: baseline {base.title}", "", share(bk, bn)))
     sk, sn = learned.settled
@@ -355,11 +361,18 @@ def stream_section(
                     (sk / sn >= 0.6) if size and sn else None))  # fmt: skip
     rows.append(Row(f"{spec.name}: precision of what was settled so", "≥ 97%" if size else "(reported)",
                     share(pk, pn), (pk / pn >= 0.97) if size and pn else None))  # fmt: skip
+    cost_of_generation = ""
+    if generation is not None and not generation.later and generation.all:
+        # Cut short before the warm-up ended: full generation's cost per request does not learn (every request
+        # is generated), so its never-seen requests so far price it; the row says so.
+        fresh = [r for r in generation.all if r.never_seen] or generation.all
+        generation.later = fresh
+        cost_of_generation = f"; full generation priced on its first {len(generation.all)} requests (cut short)"
     if generation is not None and generation.later:
         full = generation.energy()
         judging, producing = learned.energy("judging"), learned.energy("producing")
         rows.append(Row(f"{spec.name}: energy of judging / full generation", "≤ 0.05×" if size else "(reported)",
-                        f"{judging / full:.3f}× ({judging:.1f} / {full:.1f} tokens per request)",
+                        f"{judging / full:.3f}× ({judging:.1f} / {full:.1f} tokens per request{cost_of_generation})",
                         (judging / full <= 0.05) if size else None))  # fmt: skip
         rows.append(Row(f"{spec.name}: energy of everything / full generation", "≤ 0.2×" if size else "(reported)",
                         f"{(judging + producing) / full:.3f}× (judging {judging:.1f} + generation and slots "
