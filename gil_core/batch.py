@@ -353,11 +353,13 @@ def traced_among(store: TelemetryStore, task: str, trace_ids: Iterable[str]) -> 
     wanted = list(trace_ids)
     if not wanted:
         return set()
-    traces = (
-        store.scan("traces")
-        .filter((pl.col("task") == task) & pl.col("trace_id").is_in(wanted))
-        .select("trace_id")
-        .collect()
+    traces = store.rescanning(
+        lambda: (
+            store.scan("traces")
+            .filter((pl.col("task") == task) & pl.col("trace_id").is_in(wanted))
+            .select("trace_id")
+            .collect()
+        )
     )
     return set(traces["trace_id"].to_list())
 
@@ -502,11 +504,13 @@ def write_results(
 
 
 def _result_rows(store: TelemetryStore, trace_ids: list[str]) -> dict[str, dict[str, Any]]:
-    traces = (
-        store.scan("traces")
-        .filter(pl.col("trace_id").is_in(trace_ids))
-        .select("trace_id", "mode", "output", "label", "confidence", "energy", "path", "failure")
-        .collect()
+    traces = store.rescanning(
+        lambda: (
+            store.scan("traces")
+            .filter(pl.col("trace_id").is_in(trace_ids))
+            .select("trace_id", "mode", "output", "label", "confidence", "energy", "path", "failure")
+            .collect()
+        )
     )
     return {row["trace_id"]: row for row in traces.iter_rows(named=True)}
 
@@ -556,10 +560,13 @@ async def apply_verdicts(resolver: Resolver, task: TaskDefinition, verdicts: Ite
 
 
 def _given_verdicts(resolver: Resolver, task: str) -> dict[str, tuple[str, str | None]]:
-    rows = (
-        resolver.store.scan("traces")
-        .filter((pl.col("task") == task) & pl.col("feedback_verdict").is_not_null())
-        .select("trace_id", "feedback_verdict", "feedback_correction")
-        .collect()
+    store = resolver.store
+    rows = store.rescanning(
+        lambda: (
+            store.scan("traces")
+            .filter((pl.col("task") == task) & pl.col("feedback_verdict").is_not_null())
+            .select("trace_id", "feedback_verdict", "feedback_correction")
+            .collect()
+        )
     )
     return {row[0]: (row[1], row[2]) for row in rows.iter_rows()}

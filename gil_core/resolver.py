@@ -275,8 +275,8 @@ class Resolver:
         """The task's per-entry evidence, read off the log once and then kept current by ``feedback``."""
         evidence = self._evidence_by_task.get(task.name)
         if evidence is None:
-            evidence = self._evidence_by_task[task.name] = MemoryEvidence.from_log(
-                self._store.scan("traces"), task.name
+            evidence = self._evidence_by_task[task.name] = self._store.rescanning(
+                lambda: MemoryEvidence.from_log(self._store.scan("traces"), task.name)
             )
         return evidence
 
@@ -465,10 +465,12 @@ class Resolver:
         """Every verdict the store holds for ``task`` (the latest on each trace), in the order they were given, as
         live feedback taught memory: the store's write order (its order key, which no clock skew reorders), not
         the requests' ``created_at``."""
-        traces = (
-            self._store.scan("traces")
-            .filter((pl.col("task") == task) & pl.col("feedback_verdict").is_not_null())
-            .collect()
+        traces = self._store.rescanning(
+            lambda: (
+                self._store.scan("traces")
+                .filter((pl.col("task") == task) & pl.col("feedback_verdict").is_not_null())
+                .collect()
+            )
         )
         return [
             FeedbackEvent(
@@ -496,7 +498,9 @@ class Resolver:
     def _trace_row(self, task: str, trace_id: str) -> dict[str, Any]:
         row = self._recent.get(trace_id)
         if row is None:
-            rows = self._store.scan("traces").filter(pl.col("trace_id") == trace_id).collect()
+            rows = self._store.rescanning(
+                lambda: self._store.scan("traces").filter(pl.col("trace_id") == trace_id).collect()
+            )
             if rows.is_empty():
                 raise UnknownTraceError(f"no trace {trace_id!r} in {self._store.root}", trace_id=trace_id, task=task)
             row = rows.row(0, named=True)
@@ -611,11 +615,13 @@ class Resolver:
         return cached
 
     def _evidence(self, task: str) -> list[Evidence]:
-        traces = (
-            self._store.scan("traces")
-            .filter((pl.col("task") == task) & pl.col("feedback_verdict").is_not_null())
-            .select("state", "path", "mode", "output", "feedback_verdict", "feedback_correction", "explored_output")
-            .collect()
+        traces = self._store.rescanning(
+            lambda: (
+                self._store.scan("traces")
+                .filter((pl.col("task") == task) & pl.col("feedback_verdict").is_not_null())
+                .select("state", "path", "mode", "output", "feedback_verdict", "feedback_correction", "explored_output")
+                .collect()
+            )
         )
         rows = (evidence_from_row(row) for row in traces.iter_rows(named=True))
         return [row for row in rows if row is not None]

@@ -417,6 +417,17 @@ class TelemetryStore:
         self._flush()
         return self._guarded(table, "scan", lambda: self._scan(table, folder))
 
+    def rescanning(self, read: Callable[[], _T]) -> _T:
+        """``read()``, a function that scans and collects, run again while a compaction deletes a file its scan
+        planned over before the collect (``FileNotFoundError``; see the module doc), up to the attempts ``read``
+        makes itself; then ``TelemetryError``."""
+        for _ in range(_READ_ATTEMPTS):
+            try:
+                return read()
+            except FileNotFoundError as exc:
+                _log.debug("%s went while a scan was being collected: scanning again", exc.filename or exc)
+        raise TelemetryError(f"the store at {self.root}: no scan survived {_READ_ATTEMPTS} concurrent compactions")
+
     def compact(self, table: str) -> int:
         """Merge the table's files into one; return how many files it replaced (0: nothing to do, or another
         compactor holds the table on object storage).

@@ -456,3 +456,27 @@ def test_reads_match_a_model_of_last_writes_through_any_appends_and_compactions(
                 assert read("store_meta").rows() == last_rows
                 assert read("reviews")["item_id"].to_list() == logged
                 assert read("node_stats").select("node_id", "hits").rows() == list(counted.items())
+
+
+def test_a_scan_whose_files_a_compaction_deleted_before_the_collect_is_scanned_again(tmp_path: Path) -> None:
+    """The soak's finding: a scan planned, a compaction deleting its files, then the collect raises
+    ``FileNotFoundError``; ``rescanning`` runs the read again over the compacted file, and every row is there."""
+    store = TelemetryStore(tmp_path)
+    for index in range(5):
+        store.record_trace(make_trace(f"t{index}"))
+    attempts: list[int] = []
+
+    def read() -> pl.DataFrame:
+        frame = store.scan("traces").select("trace_id")
+        if not attempts:
+            assert store.compact("traces") >= 2  # the files this scan planned over are gone
+        attempts.append(1)
+        return frame.collect()
+
+    with pytest.raises(FileNotFoundError):  # without it, the read fails as the soak's batches did
+        read()
+    store.record_trace(make_trace("t5"))  # two files again: a compacted one and a new one
+    attempts.clear()
+    rows = store.rescanning(read)
+    assert len(attempts) == 2
+    assert sorted(rows["trace_id"].to_list()) == [f"t{index}" for index in range(6)]
