@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from gil_core.errors import TelemetryError
-from gil_core.reviews import review_file_name
+from gil_core.reviews import review_file_name, safe_name
 from gil_core.telemetry import TelemetryStore
 from tests.flows._support import write_task_file
 from tests.reliability._support import write_jsonl
@@ -105,8 +105,11 @@ def test_a_task_named_like_a_path_writes_only_under_its_s3_prefix(
     assert len(everything) == len(inside) > 0 and all(key.startswith(f"{bucket}/gil/store/") for key in everything)
     learned = [key for key in inside if key.startswith("learned/")]
     assert len({key.split("/")[1] for key in learned}) == len(names)  # one folder per task, named by a hash
+    locks = [key for key in inside if key.startswith("locks/")]
+    assert sorted(locks) == sorted(f"locks/batch-{safe_name(name)}.json" for name in names)  # a batch's turn each
     for key in inside:
-        assert ".." not in key.split("/") and "\x00" not in key and "etc" not in key and "a/b" not in key, key
+        parts = key.split("/")
+        assert ".." not in parts and "etc" not in parts and "\x00" not in key and "a/b" not in key, key
 
 
 s3_endpoint = pytest.fixture(scope="module")(serve_s3)
