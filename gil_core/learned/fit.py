@@ -40,12 +40,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import ParamSpec, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -57,6 +59,9 @@ from gil_core.learned.state import SERVING_RULES, LearnedState, NodeModel, Rule
 from gil_core.memory.evidence import wilson_lower_bound
 from gil_core.ontology.model import Node, Option, Tree
 from gil_core.tasks import LearnedPolicy
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 __all__ = ["SIGNIFICANCE", "NodeRows", "fit_state", "node_rows", "node_target", "prior_texts"]
 
@@ -122,6 +127,22 @@ def node_rows(tree: Tree, log: LearnedLog) -> list[NodeRows]:
     return result
 
 
+def _one_blas_thread(fit: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``fit`` run with one BLAS/OpenMP thread: a refit shares its cores with the batch that asked for it (and, on
+    a busy machine, with everything else); measured at load 10 on 2 cores, 1,000 confirmed: 2.7 s with one
+    thread, 11.1 s with BLAS's default of every core, its threads waiting for each other."""
+
+    @functools.wraps(fit)
+    def limited(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]  # fit path only
+
+        with threadpool_limits(limits=1):
+            return fit(*args, **kwargs)
+
+    return limited
+
+
+@_one_blas_thread
 def fit_state(
     *,
     task: str,
@@ -137,39 +158,6 @@ def fit_state(
 ) -> LearnedState:
     """Fit every node (see the module doc). ``priors`` maps each prior text to its unit vector; ``threshold``
     is the task's confidence threshold at a node on a layer."""
-    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]  # fit path only
-
-    # One BLAS/OpenMP thread: a refit shares its cores with the batch that asked for it (and, on a busy machine,
-    # with everything else); measured at load 10 on 2 cores, 1,000 confirmed: 2.7 s with one thread, 11.1 s with
-    # BLAS's default of every core, its threads waiting for each other.
-    with threadpool_limits(limits=1):
-        return _fit_state(
-            task=task,
-            tree=tree,
-            tree_sha256=tree_sha256,
-            threshold=threshold,
-            policy=policy,
-            log=log,
-            priors=priors,
-            embedder=embedder,
-            dimensions=dimensions,
-            previous=previous,
-        )
-
-
-def _fit_state(
-    *,
-    task: str,
-    tree: Tree,
-    tree_sha256: str,
-    threshold: Callable[[Node, int], float],
-    policy: LearnedPolicy,
-    log: LearnedLog,
-    priors: Mapping[str, NDArray[np.float32]],
-    embedder: str,
-    dimensions: int,
-    previous: LearnedState | None,
-) -> LearnedState:
     from sklearn.linear_model import LogisticRegression  # type: ignore[import-untyped]  # fit path only
 
     vectors = log.vectors if log.vectors.size else np.zeros((0, dimensions), dtype=np.float32)
