@@ -78,8 +78,8 @@ def _instances(*names: str) -> list[object]:
 
 
 def accounted_bytes(runtime: Runtime) -> dict[str, int]:
-    """What the remembered entries and the documented caches hold (Python-reachable bytes, each counted once),
-    and everything else reachable from the runtime."""
+    """What the remembered entries and the documented caches hold (Python-reachable bytes, each counted once;
+    LanceDB's caches as its session reports them), and everything else reachable from the runtime."""
     seen: set[int] = set()
     resolver = runtime.resolver
     sizes = {
@@ -94,6 +94,9 @@ def accounted_bytes(runtime: Runtime) -> dict[str, int]:
     if grams is not None:  # the hash embedder's 3-gram cache (functools.lru_cache), where it has one
         dicts = [item for item in gc.get_referents(grams) if isinstance(item, dict)]
         sizes["hash embedder 3-gram cache"] = deep_size([max(dicts, key=len)], seen) if dicts else 0
+    lance = sys.modules.get("gil_core.memory.lancedb_memory")
+    if lance is not None:  # native: LanceDB's caches in the process's session, bounded (METADATA_CACHE_BYTES)
+        sizes["LanceDB caches (native)"] = sum(session.size_bytes for session in lance._SESSIONS.values())
     sizes["other reachable from the runtime"] = deep_size([runtime], seen)
     return sizes
 

@@ -39,17 +39,47 @@ from gil_core.memory.ports import MemoryEntry, Recall
 from gil_core.storage import S3Settings, load_s3_settings, location
 
 if TYPE_CHECKING:
-    from lancedb import AsyncConnection
+    from lancedb import AsyncConnection, Session
     from lancedb.table import AsyncTable
 
-__all__ = ["DEFAULT_REFRESH_INTERVAL", "IndexSettings", "LanceDBMemory", "MemoryStats"]
+__all__ = [
+    "DEFAULT_REFRESH_INTERVAL",
+    "METADATA_CACHE_BYTES",
+    "IndexSettings",
+    "LanceDBMemory",
+    "MemoryStats",
+    "lance_session",
+]
 
 _EMBED_BATCH = 128  # texts per embedding request when rebuilding; endpoints cap the batch size
 _COLUMNS = ["key", "text", "answer", "vector", "created_at"]
 _OPTIMISE_EVERY = 1000  # writes to an indexed task between checks of how many rows its index misses
 DEFAULT_REFRESH_INTERVAL = 0.5  # seconds: how stale another process's writes can be for a call
 MAX_REFRESH_INTERVAL = 1.0
+METADATA_CACHE_BYTES = 64 << 20
+"""LanceDB's metadata cache (manifests, fragment and file metadata) per process. Its own default, 1 GiB, keeps the
+metadata of every table version a process read: a long-lived writer filled it (the soak's ~1 GB of native growth
+per process, issue 19). The latest versions' metadata is all a lookup or a write reads."""
 _Vectors = NDArray[np.float32]
+_SESSIONS: dict[tuple[int, int | None], Session] = {}
+_SESSIONS_LOCK = threading.Lock()
+
+
+def lance_session(metadata_cache_bytes: int = METADATA_CACHE_BYTES, index_cache_bytes: int | None = None) -> Session:
+    """The process's LanceDB session for these cache bounds (one per bound, shared by every connection that asks
+    for it, so the bound holds for the process and not per connection). ``index_cache_bytes`` None keeps
+    LanceDB's default (6 GiB), which only tasks answered from the vector index fill."""
+    import lancedb
+
+    key = (metadata_cache_bytes, index_cache_bytes)
+    with _SESSIONS_LOCK:
+        session = _SESSIONS.get(key)
+        if session is None:
+            options: dict[str, int] = {"metadata_cache_size_bytes": metadata_cache_bytes}
+            if index_cache_bytes is not None:
+                options["index_cache_size_bytes"] = index_cache_bytes
+            session = _SESSIONS[key] = lancedb.Session(**options)
+        return session
 
 
 def _sql_string(value: str) -> str:
@@ -158,6 +188,9 @@ class LanceDBMemory:
     (built in the background the first time, stored with the table), its candidates rescored exactly
     (``gil_core.memory._index``); such lookups read the table's latest version. ``index=None`` keeps every task
     in the process.
+
+    Native memory: LanceDB's caches are bounded per process (``lance_session``): metadata at
+    ``metadata_cache_bytes`` (64 MiB), the vector index's at ``index_cache_bytes`` (LanceDB's default when None).
     """
 
     def __init__(
@@ -171,6 +204,8 @@ class LanceDBMemory:
         refresh_interval: float = DEFAULT_REFRESH_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
         index: IndexSettings | None = IndexSettings(),  # noqa: B008 - frozen, shared safely
+        metadata_cache_bytes: int = METADATA_CACHE_BYTES,
+        index_cache_bytes: int | None = None,
     ) -> None:
         if not 0.0 <= refresh_interval <= MAX_REFRESH_INTERVAL:
             raise ValueError(f"refresh_interval must be between 0 and {MAX_REFRESH_INTERVAL} s, got {refresh_interval}")
@@ -192,6 +227,7 @@ class LanceDBMemory:
         self._checked_at: float | None = None  # the clock just before that check
         self._writes_seen = -1  # this process's write count on the table when it was made
         self._index = index
+        self._caches = (metadata_cache_bytes, index_cache_bytes)
         self._builder: IndexBuilder | None = None
         self._builds_seen = 0  # the builder's finished jobs when this instance last looked at the indexes
         self.stats = MemoryStats()
@@ -436,6 +472,7 @@ class LanceDBMemory:
             self._path,
             read_consistency_interval=timedelta(0),
             storage_options=self._s3.lancedb_options() if self._s3 is not None else None,
+            session=lance_session(*self._caches),
         )
 
     async def _open_task(self, task: str, table: AsyncTable) -> TaskVectors | IndexedTask:

@@ -109,3 +109,21 @@ def test_lance_log_defaults_to_error_without_overriding_a_choice(
     monkeypatch.setenv("LANCE_LOG", "debug")
     LanceDBMemory(tmp_path, HashEmbeddingModel())
     assert os.environ["LANCE_LOG"] == "debug"
+
+
+async def test_lancedb_s_metadata_cache_is_bounded_per_process_across_many_writes(tmp_path: Path) -> None:
+    """Every write makes a table version whose metadata LanceDB caches (its default bound is 1 GiB, which a
+    long-lived writer fills: issue 19's soak). The memory's connections share one session per bound: after 80
+    writes and lookups through two instances its caches hold something, and never more than the bound."""
+    from gil_core.memory.lancedb_memory import lance_session
+
+    bound = 2 << 20
+    first = LanceDBMemory(tmp_path, HashEmbeddingModel(8), metadata_cache_bytes=bound)
+    second = LanceDBMemory(tmp_path, HashEmbeddingModel(8), metadata_cache_bytes=bound, refresh_interval=0.0)
+    for index in range(80):
+        memory = first if index % 2 else second
+        await memory.remember(TASK, f"t-{index}", f"where is parcel {index}", f"Parcel {index} is on its way.")
+        assert (await memory.lookup(TASK, f"where is parcel {index}", threshold=0.99)) is not None
+    session = lance_session(bound)
+    assert 0 < session.size_bytes <= bound
+    assert lance_session(bound) is session and lance_session() is not session
