@@ -86,6 +86,7 @@ def accounted_bytes(runtime: Runtime) -> dict[str, int]:
         "memory entries": deep_size(_instances("TaskVectors", "IndexedTask"), seen),
         "memory query vectors": deep_size(_instances("_QueryVectors"), seen),
         "request cache": deep_size(_instances("InProcessRequestCache"), seen),
+        "recent trace rows (the resolver's latest 10,000)": deep_size([getattr(resolver, "_recent", None)], seen),
         "memory evidence and shadow index": deep_size(
             [getattr(resolver, "_evidence_by_task", None), getattr(resolver, "_shadows", None)], seen
         ),

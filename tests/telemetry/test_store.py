@@ -484,8 +484,8 @@ def test_a_scan_whose_files_a_compaction_deleted_before_the_collect_is_scanned_a
 
 def test_a_long_lived_store_forgets_the_files_a_compaction_deleted(tmp_path: Path) -> None:
     """What a store object knows per file (footers checked, compacted files' metadata) is per file it saw: a
-    long-lived writer whose files are compacted away must not keep an entry for each (the soak's processes held
-    ~12 MiB of them after 40,000 requests). After 60 traces written one by one and compacted every fifth, with a
+    long-lived writer whose files are compacted away must not keep an entry for each (a soak process sees ~9,000
+    files over 50,000 requests). After 60 traces written one by one and compacted every fifth, with a
     scan and a read between, it remembers no more files than the folder holds, and every row reads back."""
     store, compactor = TelemetryStore(tmp_path), TelemetryStore(tmp_path)
     for index in range(60):
