@@ -590,9 +590,9 @@ class TelemetryStore:
         set aside), and the files a compacted file replaces. ``checked``: every live file's footer is checked
         first (see ``_usable``), for a scan, which its caller collects; a read or a compaction collects itself and
         finds a broken file when that fails (``_set_aside_undecodable``)."""
-        listed = folder.names()
-        self._forget_gone(folder, listed)
-        names = [name for name in listed if str(folder.source(name)) not in self._unusable]
+        sources = {name: str(folder.source(name)) for name in folder.names()}
+        self._forget_gone(folder, set(sources.values()))
+        names = [name for name, source in sources.items() if source not in self._unusable]
         compacted: set[str] = set()
         replaced: set[str] = set()
         for name in names:
@@ -624,19 +624,17 @@ class TelemetryStore:
         if highest:
             self._clock.observe(highest)
 
-    def _forget_gone(self, folder: Folder, listed: Sequence[str]) -> None:
+    def _forget_gone(self, folder: Folder, here: set[str]) -> None:
         """Forget what this object knows of the folder's files that are gone (a compaction deleted them): the
         footers checked, compacted files' metadata and broken files skipped are kept per file, so a long-lived
         store would hold an entry for every file it ever saw (a soak process saw ~9,000 over 50,000 requests: a
         MiB or two). Another thread may add an entry meanwhile and lose it here: it is read again when needed."""
-        prefix = str(folder.source("\0"))[:-1]  # the folder's own files: the name appended to this
-        here = {str(folder.source(name)) for name in listed}
-        for cache in (self._sound, self._compacted, self._unusable):
-            for key in [key for key in list(cache) if key.startswith(prefix) and key not in here]:
-                if isinstance(cache, set):
-                    cache.discard(key)
-                else:
-                    cache.pop(key, None)
+        prefix = str(folder.source("\0"))[:-1]  # the folder's own files (``here``, as listed): the name appended
+        known = [key for cache in (self._sound, self._compacted, self._unusable) for key in list(cache)]
+        for key in {key for key in known if key.startswith(prefix)} - here:
+            self._sound.discard(key)
+            self._compacted.pop(key, None)
+            self._unusable.pop(key, None)
 
     def _compacted_file(self, table: str, folder: Folder, name: str) -> _Compacted | None:
         """What a compacted file's metadata says; None when it does not decode (the file is set aside then)."""
