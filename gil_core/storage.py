@@ -29,6 +29,7 @@ import polars as pl
 from filelock import FileLock
 from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_random
 
 from gil_core._redaction import REDACTED, redact_secrets
 from gil_core.errors import ConfigurationError
@@ -70,6 +71,8 @@ _LOCAL_COMPRESSION: Final = "lz4"
 _STALE_TEMP_SECONDS = 3600.0  # an unfinished temporary file this old belongs to a writer that died
 _CLAIM_PREFIX = ".claim-"
 _CLAIM_TTL_SECONDS = 900.0  # a claim older than this (by the store's clock) belongs to a maintainer that died
+_CLAIM_ATTEMPTS = 4  # tries at a claim before a maintainer leaves the folder to the other one
+_CLAIM_BACKOFF_SECONDS = 0.2  # the longest random pause between two tries
 
 
 # -- settings ---------------------------------------------------------------------------------------------
@@ -476,24 +479,48 @@ class ObjectFolder:
         """Write a claim object, then list the claims: held only if ours is the only live one.
 
         With read-after-write and list consistency (AWS S3, MinIO, moto), of two maintainers that claim at once
-        at most one sees only its own claim, so at most one proceeds (both may back off; the next run will
-        compact). A claim older than 15 minutes by the store's clock belongs to a maintainer that died: it is
-        deleted and ignored. A holder must finish within that time, which ``Claim.fresh()`` checks.
+        at most one sees only its own claim, so at most one proceeds. Both may back off: each then withdraws its
+        claim and tries again after a random pause (``_CLAIM_ATTEMPTS`` tries in all), so two maintainers that run
+        in step do not keep stopping each other. A claim older than 15 minutes by the store's clock belongs to a
+        maintainer that died: it is deleted and ignored. A holder must finish within that time, which
+        ``Claim.fresh()`` checks.
         """
         started = time.monotonic()
-        name = f"{_CLAIM_PREFIX}{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(6)}"
-        self._put_empty(name)
+        name = ""
+        held = False
         try:
-            claims = {entry: modified for entry, modified in self._entries() if entry.startswith(_CLAIM_PREFIX)}
-            mine = claims.pop(name, None)
-            stale = [
-                other for other, modified in claims.items() if mine is not None and modified < mine - _CLAIM_TTL_SECONDS
-            ]
-            self.remove(stale)
-            held = mine is not None and len(claims) == len(stale)
+            for attempt in Retrying(
+                retry=retry_if_result(lambda held: not held),
+                wait=wait_random(0.0, _CLAIM_BACKOFF_SECONDS),
+                stop=stop_after_attempt(_CLAIM_ATTEMPTS),
+                retry_error_callback=lambda _state: False,
+            ):
+                with attempt:
+                    started = time.monotonic()
+                    name = self._put_claim()
+                    held = self._only_live_claim(name)
+                    if not held:
+                        self.remove([name])  # withdrawn before the pause, so the other one may proceed meanwhile
+                        name = ""
+                if attempt.retry_state.outcome and not attempt.retry_state.outcome.failed:
+                    attempt.retry_state.set_result(held)
             yield Claim(held=held, expires=started + _CLAIM_TTL_SECONDS / 3)
         finally:
-            self.remove([name])
+            if name:
+                self.remove([name])
+
+    def _put_claim(self) -> str:
+        name = f"{_CLAIM_PREFIX}{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(6)}"
+        self._put_empty(name)
+        return name
+
+    def _only_live_claim(self, name: str) -> bool:
+        """Whether ``name`` is the only live claim (stale ones are deleted on the way)."""
+        claims = {entry: modified for entry, modified in self._entries() if entry.startswith(_CLAIM_PREFIX)}
+        mine = claims.pop(name, None)
+        stale = [other for other, modified in claims.items() if mine is not None and modified < mine - _CLAIM_TTL_SECONDS]
+        self.remove(stale)
+        return mine is not None and len(claims) == len(stale)
 
     def _entries(self) -> list[tuple[str, float]]:
         """(name, last modified in seconds by the store's clock) of each object directly under the prefix."""

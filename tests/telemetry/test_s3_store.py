@@ -133,6 +133,40 @@ def test_a_compactor_that_finds_another_ones_claim_leaves_the_table_alone(s3: S3
 
 
 @pytest.mark.s3
+def test_two_compactors_that_claim_in_step_do_not_keep_stopping_each_other(s3: S3Settings, bucket: str) -> None:
+    """Two maintainers that claim at the same moment each see the other's claim and back off; they try again
+    after a random pause, so one of them compacts each round instead of neither, round after round."""
+    root = f"s3://{bucket}/store"
+    writer = TelemetryStore(root, s3=s3)
+    compactors = [TelemetryStore(root, s3=s3) for _ in range(2)]
+    in_step = threading.Barrier(2)
+    rounds = 5
+    merged: list[list[int]] = [[] for _ in range(rounds)]
+    failures: list[BaseException] = []
+
+    def compact(store: TelemetryStore, round_: int) -> None:
+        try:
+            in_step.wait(timeout=60)
+            merged[round_].append(store.compact("reviews"))
+        except BaseException as exc:  # reported below, in the test's thread
+            failures.append(exc)
+
+    for round_ in range(rounds):
+        for index in (2 * round_, 2 * round_ + 1):
+            row = {"task": "t", "reviewed_at": AT, "kind": "k", "item_id": f"r{index}", "decision": "d"}
+            writer.append("reviews", [row])
+        threads = [threading.Thread(target=compact, args=(store, round_)) for store in compactors]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert failures == []
+        assert sorted(merged[round_])[0] == 0 and sum(merged[round_]) >= 2, f"round {round_}: {merged[round_]}"
+    assert writer.read("reviews")["item_id"].to_list() == [f"r{index}" for index in range(2 * rounds)]
+    assert not [name for name in objects(s3, bucket, "store") if ".claim-" in name]  # no claim left behind
+
+
+@pytest.mark.s3
 def test_concurrent_compactors_and_writers_over_s3_lose_and_duplicate_nothing(s3: S3Settings, bucket: str) -> None:
     """Two compactor threads (each its own store, as two processes would be) while a writer appends."""
     root = f"s3://{bucket}/store"
