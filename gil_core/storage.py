@@ -518,7 +518,9 @@ class ObjectFolder:
         """Whether ``name`` is the only live claim (stale ones are deleted on the way)."""
         claims = {entry: modified for entry, modified in self._entries() if entry.startswith(_CLAIM_PREFIX)}
         mine = claims.pop(name, None)
-        stale = [other for other, modified in claims.items() if mine is not None and modified < mine - _CLAIM_TTL_SECONDS]
+        stale = [
+            other for other, modified in claims.items() if mine is not None and modified < mine - _CLAIM_TTL_SECONDS
+        ]
         self.remove(stale)
         return mine is not None and len(claims) == len(stale)
 
