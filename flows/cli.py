@@ -263,8 +263,11 @@ def stats(
         console.print(result.render(), highlight=False)
         if loaded.task.policy.learned is not None:
             console.print(_learned_table(nodes) if nodes is not None else "learned reflex: not fitted yet")
+            if state is not None and state.memory is not None:
+                console.print(state.memory.describe(), highlight=False)
 
-    emit({**result.to_json(), "learned": nodes}, as_json, render)
+    memory = state.memory.to_json() if state is not None and state.memory is not None else None
+    emit({**result.to_json(), "learned": nodes, "learned_memory": memory}, as_json, render)
 
 
 def stored_learned_state(store: Any, loaded: TaskFile) -> Any:
@@ -295,7 +298,8 @@ def _learned_table(nodes: list[dict[str, Any]]) -> Table:
 @app.command("fit-reflex")
 def fit_reflex_command(task_file_path: TaskFileOption = None, as_json: JsonOption = False) -> None:
     """Refit the learned reflex from the log and print, per node, its rows, classes, the rule that lets it serve
-    (proven, better than the LLM, withdrawn or learning), the cut, and precision and coverage at the cut."""
+    (proven, better than the LLM, withdrawn or learning), the cut, and precision and coverage at the cut; and
+    memory's similarity cut read from the same log."""
     from gil_core.learned import describe_nodes
     from gil_core.runtime import open_learner
 
@@ -309,11 +313,14 @@ def fit_reflex_command(task_file_path: TaskFileOption = None, as_json: JsonOptio
 
     state = run(work())
     nodes = describe_nodes(state)
-    emit(
-        {"task": state.task, "fitted_on": dict(state.fitted_on), "nodes": nodes},
-        as_json,
-        lambda: console.print(_learned_table(nodes)),
-    )
+    memory = state.memory.to_json() if state.memory is not None else None
+
+    def render() -> None:
+        console.print(_learned_table(nodes))
+        if state.memory is not None:
+            console.print(state.memory.describe(), highlight=False)
+
+    emit({"task": state.task, "fitted_on": dict(state.fitted_on), "nodes": nodes, "memory": memory}, as_json, render)
 
 
 @app.command("lint-tree")

@@ -37,7 +37,8 @@ async def fit_reflex_task(task_file: str) -> dict[str, Any]:
         state = await learner.refresh(loaded.task, force=True)
     key = artifact_key(loaded.task.name, "learned-reflex")
     await acreate_markdown_artifact(learned_markdown(state), key=key, description="The learned reflex, per node")
-    return {"task": state.task, "fitted_on": dict(state.fitted_on), "nodes": describe_nodes(state)}
+    memory = state.memory.to_json() if state.memory is not None else None
+    return {"task": state.task, "fitted_on": dict(state.fitted_on), "nodes": describe_nodes(state), "memory": memory}
 
 
 @gil_task(name="rebuild memory", retries=2)

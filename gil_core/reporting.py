@@ -61,6 +61,8 @@ def learned_markdown(state: LearnedState) -> str:
             *(_figure(row[name]) for name in ("cut", "precision", "lower_bound", "p_value", "coverage")),
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    if state.memory is not None:
+        lines += ["", f"Memory: {state.memory.describe()}."]
     return "\n".join(lines)
 
 

@@ -28,7 +28,7 @@ from gil_core.habits.counters import reliability_rows, walk_rows
 from gil_core.habits.shadows import Evidence, build_shadow_index
 from gil_core.judge import Candidate, Judge, ReflexJudge, SingleTokenJudge, TieredJudge
 from gil_core.judge.verify import SameRequestVerifier, Verifier
-from gil_core.learned import LearnedJudge, LearnedState, Learner, served_answer
+from gil_core.learned import LearnedJudge, LearnedState, Learner, memory_configured, served_answer
 from gil_core.llm import CallRecorder, ChatModel, EmbeddingModel, trace_scope
 from gil_core.llm.options import call_options
 from gil_core.llm.trace_vectors import TraceVectorCache
@@ -213,6 +213,9 @@ class Resolver:
 
     async def _resolve(self, task: TaskDefinition, text: str, trace_id: str, *, private: bool) -> _Outcome:
         recall, memory_outcome = await self._lookup(task, text)
+        if recall is not None and recall.similarity is not None and task.policy.learned is not None:
+            recall = await self._at_learned_cut(task, recall)
+            memory_outcome = "hit" if recall.hit else "miss"
         if recall is not None and recall.hit and task.policy.memory_guard and recall.text is not None:
             verdict = _GUARD.check(text, recall.text)
             if not verdict.allowed:  # similar, but not the same request: a miss that says why
@@ -252,6 +255,23 @@ class Resolver:
             return replace(recall, hit=False, verified=False, error=f"verification failed: {exc}")
         same = verdict.yes and verdict.confidence >= policy.verify_confidence
         return replace(recall, hit=same, verified=same)
+
+    async def _at_learned_cut(self, task: TaskDefinition, recall: Recall) -> Recall:
+        """The recall judged at memory's cut read from the log (``learned.memory_cut``) instead of the configured
+        one, once a fit has read it for the task's current memory settings."""
+        if memory_configured(task) is None:
+            return recall
+        try:
+            state = await self._require_learner(task).serving_state(task)
+        except ModelError:
+            return recall
+        cut = state.memory
+        if cut is None or cut.rule == "configured" or cut.configured != memory_configured(task):
+            return recall
+        assert recall.similarity is not None
+        if cut.cut is None:
+            return replace(recall, hit=False, error="learned: the log shows memory below the task's precision")
+        return replace(recall, threshold=cut.cut, hit=recall.similarity >= cut.cut)
 
     async def _checked_by_learned(self, task: TaskDefinition, text: str, recall: Recall) -> Recall:
         """A memory hit the learned judge would overrule: where it would serve a whole walk to another answer

@@ -1,12 +1,21 @@
 """The learned reflex: per tree node, a classifier learned from confirmed answers, served where the log shows it
 meets the task's precision or beats the LLM (``gil_core.learned.fit``), kept current after every feedback
 (``gil_core.learned.learner``), and judged on the request path with numpy alone (``gil_core.learned.judge``).
-The task's ``learned_reflex`` key (``gil_core.tasks.LearnedPolicy``) turns it on."""
+The task's ``learned_reflex`` key (``gil_core.tasks.LearnedPolicy``) turns it on; with memory on, memory's
+similarity cut is read from the same log (``gil_core.learned.memory_cut``)."""
 
 from gil_core.learned.fit import SIGNIFICANCE, choose_rule, fit_state, node_rows, prior_texts
 from gil_core.learned.judge import LearnedJudge, LearnedJudgment, audited, served_answer
-from gil_core.learned.learner import LearnedStateWarning, Learner, describe_nodes, stored_state, task_key
+from gil_core.learned.learner import (
+    LearnedStateWarning,
+    Learner,
+    describe_nodes,
+    memory_configured,
+    stored_state,
+    task_key,
+)
 from gil_core.learned.log import Confirmed, LearnedLog, Logged, VerdictDigest, read_learned_log, verdict_digest
+from gil_core.learned.memory_cut import MemoryCut, fit_memory_cut
 from gil_core.learned.state import LearnedState, NodeModel, Prediction, read_state, write_state
 
 __all__ = [
@@ -19,13 +28,16 @@ __all__ = [
     "LearnedStateWarning",
     "Learner",
     "Logged",
+    "MemoryCut",
     "NodeModel",
     "Prediction",
     "VerdictDigest",
     "audited",
     "choose_rule",
     "describe_nodes",
+    "fit_memory_cut",
     "fit_state",
+    "memory_configured",
     "node_rows",
     "prior_texts",
     "read_learned_log",

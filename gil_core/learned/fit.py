@@ -55,6 +55,7 @@ from numpy.typing import NDArray
 from gil_core.judge.prompt import Candidate
 from gil_core.judge.reflex import candidate_text
 from gil_core.learned.log import LearnedLog, Logged, confirmed_path
+from gil_core.learned.memory_cut import fit_memory_cut
 from gil_core.learned.state import SERVING_RULES, LearnedState, NodeModel, Rule
 from gil_core.memory.evidence import wilson_lower_bound
 from gil_core.ontology.model import Node, Option, Tree
@@ -155,9 +156,11 @@ def fit_state(
     embedder: str,
     dimensions: int,
     previous: LearnedState | None,
+    memory_threshold: float | None = None,
 ) -> LearnedState:
     """Fit every node (see the module doc). ``priors`` maps each prior text to its unit vector; ``threshold``
-    is the task's confidence threshold at a node on a layer."""
+    is the task's confidence threshold at a node on a layer. With ``memory_threshold`` (memory on, no verify
+    band) memory's cut is read from the same log (``learned.memory_cut``)."""
     from sklearn.linear_model import LogisticRegression  # type: ignore[import-untyped]  # fit path only
 
     vectors = log.vectors if log.vectors.size else np.zeros((0, dimensions), dtype=np.float32)
@@ -234,6 +237,15 @@ def fit_state(
         fitted_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         policy=policy.to_json(),
         nodes=nodes,
+        memory=None
+        if memory_threshold is None
+        else fit_memory_cut(
+            log,
+            configured=memory_threshold,
+            precision=policy.precision,
+            min_support=policy.min_support,
+            window=policy.window,
+        ),
     )
 
 

@@ -41,7 +41,7 @@ from gil_core.storage import Folder
 from gil_core.tasks import LearnedPolicy, TaskDefinition
 from gil_core.telemetry import TelemetryStore, utc_now
 
-__all__ = ["LearnedStateWarning", "Learner", "describe_nodes", "stored_state", "task_key"]
+__all__ = ["LearnedStateWarning", "Learner", "describe_nodes", "memory_configured", "stored_state", "task_key"]
 
 _log = logging.getLogger("gil_core.learned")
 _KEEP_FILES = 2  # the newest fits kept per tree and embedder (an older one is a fallback while a write lands)
@@ -192,6 +192,7 @@ class Learner:
                 embedder=embedder,
                 dimensions=dimensions,
                 previous=previous if previous is not None and self._valid_for(previous, task) else None,
+                memory_threshold=memory_configured(task),
             )
 
         state = await asyncio.to_thread(fit)
@@ -249,7 +250,13 @@ class Learner:
         folder.remove(names[:-_KEEP_FILES])
 
     def _valid_for(self, state: LearnedState, task: TaskDefinition) -> bool:
-        return state.matches(task.name, _tree_sha256(task), self._vectors.name)
+        """Fitted for this task's tree and embedder, with its learned_reflex and memory settings."""
+        configured = memory_configured(task)
+        return (
+            state.matches(task.name, _tree_sha256(task), self._vectors.name)
+            and state.policy == _policy(task).to_json()
+            and (state.memory.configured if state.memory is not None else None) == configured
+        )
 
 
 def stored_state(store: TelemetryStore, task: TaskDefinition) -> LearnedState | None:
@@ -264,6 +271,12 @@ def stored_state(store: TelemetryStore, task: TaskDefinition) -> LearnedState | 
             except (LearnedStateError, FileNotFoundError):
                 return None
     return None
+
+
+def memory_configured(task: TaskDefinition) -> float | None:
+    """The memory cut the task file sets that the log may move: ``memory_threshold`` when memory is on without
+    a verify band (which keeps its own cuts), else None."""
+    return task.policy.memory_threshold if task.policy.memory_verify is None else None
 
 
 def _policy(task: TaskDefinition) -> LearnedPolicy:

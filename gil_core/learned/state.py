@@ -7,7 +7,8 @@ one product with at most ``exemplars`` vectors per class. Nothing here imports s
 The state is stored as one Parquet file (arrays as little-endian bytes, the header as JSON in the file's
 key-value metadata): a format that cannot run code when it is read. It names the task, the tree's SHA-256 and
 the embedder it was fitted for, and the verdicts it was fitted on (``fitted_on``), so a changed tree or embedder
-is never served a stale model, and a process can tell whether a refit is due.
+is never served a stale model, and a process can tell whether a refit is due. The header also holds memory's
+similarity cut read from the same log (``memory``, see ``learned.memory_cut``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from gil_core.errors import LearnedStateError
+from gil_core.learned.memory_cut import MemoryCut
 from gil_core.storage import Folder
 
 __all__ = [
@@ -38,7 +40,7 @@ __all__ = [
     "write_state",
 ]
 
-FORMAT = 2
+FORMAT = 3  # 3: the header holds memory's cut
 _HEADER_KEY = "gil.learned"
 
 Rule = Literal["proven", "better", "withdrawn", "learning"]
@@ -132,7 +134,8 @@ class NodeModel:
 @dataclass(frozen=True)
 class LearnedState:
     """Everything fitted for one task (see the module doc). ``fitted_on`` = ``{"verdicts": n, "digest": d}``
-    of the verdicts read; ``name`` is the file it was read from or written to."""
+    of the verdicts read; ``memory`` is memory's cut read from the same log (None: memory is off or has a
+    verify band, and keeps its configured cuts); ``name`` is the file it was read from or written to."""
 
     task: str
     tree_sha256: str
@@ -142,6 +145,7 @@ class LearnedState:
     fitted_at: str
     policy: Mapping[str, Any]
     nodes: Mapping[str, NodeModel]
+    memory: MemoryCut | None = None
     name: str | None = None
 
     @property
@@ -206,6 +210,7 @@ def write_state(folder: Folder, state: LearnedState, name: str) -> None:
         "fitted_on": dict(state.fitted_on),
         "fitted_at": state.fitted_at,
         "policy": dict(state.policy),
+        "memory": state.memory.to_json() if state.memory is not None else None,
     }
     folder.write_parquet(name, frame, metadata={_HEADER_KEY: json.dumps(header, sort_keys=True)})
 
@@ -261,6 +266,7 @@ def read_state(folder: Folder, name: str, *, task: str) -> LearnedState:
             fitted_at=str(header["fitted_at"]),
             policy=dict(header["policy"]),
             nodes=nodes,
+            memory=MemoryCut.of(header["memory"]) if header.get("memory") is not None else None,
             name=name,
         )
     except LearnedStateError as exc:

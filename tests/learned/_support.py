@@ -9,11 +9,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from gil_core.batch import Ticket, Verdict, apply_verdicts, resolve_batch, ticket_trace_id
-from gil_core.llm import EmbeddingModel, EmbeddingRecorder
+from gil_core.llm import ChatModel, EmbeddingModel, EmbeddingRecorder
+from gil_core.llm.trace_vectors import TraceVectorCache
 from gil_core.local import MiniLMEmbeddingModel
+from gil_core.memory import LanceDBMemory
 from gil_core.resolver import Resolver
 from gil_core.tasks import LearnedPolicy, TaskDefinition
 from gil_core.telemetry import EnergyModel, TelemetryStore
@@ -86,6 +89,14 @@ def good_model(stream: Sequence[Example]) -> Iterator[ScriptedOpenAIServer]:
         scripts[example.text] = Script(route=[*labels, tree.option(example.option).label], answers=[example.answer])
     with ScriptedOpenAIServer(responder=SupportModel(scripts, default=Script(answers=[NONE]))) as server:
         yield server
+
+
+def resolver_with_memory(chat: ChatModel, root: Path) -> tuple[Resolver, LanceDBMemory]:
+    """A resolver over a store and a LanceDB memory under ``root``, memory and the learned judge sharing one
+    embedding per request, as the runtime wires them."""
+    vectors = TraceVectorCache(embedder())
+    memory = LanceDBMemory(root / "memory", vectors)
+    return Resolver(chat, TelemetryStore(root / "store"), memory=memory, reflex_embedder=vectors), memory
 
 
 async def run_with_feedback(

@@ -25,6 +25,7 @@ from tests.learned._support import (
     good_model,
     learned_task,
     recorded,
+    resolver_with_memory,
     run_with_feedback,
     support_stream,
     train,
@@ -244,16 +245,10 @@ async def test_learned_judge_overrules_a_memory_hit_it_would_answer_otherwise(tm
     """Memory holds a request remembered with the refund answer (a stale entry); a near-identical request is a
     memory hit, but the learned judge would serve a whole walk to order tracking: the hit becomes a miss that says
     why, and the walk answers. No model call either way."""
-    from gil_core.llm.trace_vectors import TraceVectorCache
-    from gil_core.memory import LanceDBMemory
-
     task = learned_task(memory_threshold=0.9, audit_rate=0.0)
     with bad_model() as server:
         async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
-            store = TelemetryStore(tmp_path / "store")
-            vectors = TraceVectorCache(embedder())
-            memory = LanceDBMemory(tmp_path / "memory", vectors)
-            resolver = Resolver(chat, store, memory=memory, reflex_embedder=vectors)
+            resolver, memory = resolver_with_memory(chat, tmp_path)
             await train(resolver, task, 120, chunk=40)
             await memory.remember(task.name, "stale", "Where is my order 48213? It has not arrived yet.", REFUND)
             asked = len(server.requests)

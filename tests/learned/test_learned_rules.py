@@ -3,13 +3,14 @@ class weights under grouped feedback, the stored state's round trip, and the tas
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gil_core.errors import LearnedStateError
-from gil_core.learned import LearnedState, Logged, NodeModel, choose_rule, fit_state, read_state, write_state
+from gil_core.learned import LearnedState, Logged, MemoryCut, NodeModel, choose_rule, fit_state, read_state, write_state
 from gil_core.learned.log import Confirmed, LearnedLog, VerdictDigest
 from gil_core.ontology import parse_tree
 from gil_core.storage import LocalFolder
@@ -135,6 +136,10 @@ def test_learned_state_round_trips_and_refuses_another_task(tmp_path: Path) -> N
         np.testing.assert_array_equal(other.exemplars, model.exemplars)
         np.testing.assert_array_equal(other.novelty_cuts, model.novelty_cuts)
     assert back.fitted_on == state.fitted_on and back.tree_sha256 == state.tree_sha256
+    assert back.memory is None  # fitted without memory
+    memory = MemoryCut("raised", 0.95, 0.9, 40, 30, 30)
+    write_state(folder, replace(state, memory=memory), "m.parquet")
+    assert read_state(folder, "m.parquet", task="t").memory == memory
     with pytest.raises(LearnedStateError, match="another task"):
         read_state(folder, "s.parquet", task="u")
     (tmp_path / "bad.parquet").write_bytes(b"\x00" * 100)
