@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from prefect.settings import PREFECT_API_URL
 from prefect.states import Completed
 
 from flows._prefect import RunnerKind, artifact_key, batch_task_runner, ensure_endpoint_limits, gil_task
+from flows._progress import flow_progress, progress_of
 from gil_core.batch import (
     MAX_LINE_BYTES,
     BadInput,
@@ -99,16 +100,28 @@ async def held_slots(limits: list[str], occupy: int) -> AsyncIterator[None]:
 
 @gil_task(name="resolve chunk")
 async def resolve_chunk(
-    task_file: str, tickets: list[Ticket], in_flight: int, limits: list[str], processes: int
+    task_file: str,
+    tickets: list[Ticket],
+    in_flight: int,
+    limits: list[str],
+    processes: int,
+    progress_id: str | None = None,
 ) -> BatchReport:
     """Resolve one chunk in this process, with its own runtime (models, memory and store opened here from the
     task file's paths and URLs). While it runs the chunk holds ``in_flight`` slots of each model server's global
-    concurrency limit, and resolves at most that many tickets at once."""
+    concurrency limit, and resolves at most that many tickets at once. ``progress_id``: the flow's progress
+    artifact, advanced ticket by ticket when the chunk runs in the flow's process (``flows._progress``)."""
     logger = get_run_logger()
     loaded = share_client_budget(load_task_file(task_file), processes)
     step = max(1, len(tickets) // 4)
+    flow_progress_here = progress_of(progress_id)
+    counted = 0
 
     def progress(done: int, total: int) -> None:
+        nonlocal counted
+        if flow_progress_here is not None:
+            flow_progress_here.advance(done - counted)
+            counted = done
         if done == total or done % step == 0:
             logger.info("chunk: %d/%d tickets", done, total)
 
@@ -121,17 +134,31 @@ async def resolve_chunk(
 
 
 def resolve_chunks(
-    runner: Any, chunks: Iterable[list[Ticket]], parameters: dict[str, Any], *, ahead: int
+    runner: Any,
+    chunks: Iterable[list[Ticket]],
+    parameters: dict[str, Any],
+    *,
+    ahead: int,
+    finished: Callable[[int], None] | None = None,
 ) -> list[BatchReport]:
     """Submit ``resolve_chunk`` for each chunk as the stream yields it, at most ``ahead`` not finished at once:
-    the flow holds those chunks' tickets, never the whole batch's."""
+    the flow holds those chunks' tickets, never the whole batch's. ``finished(tickets)`` is told as each chunk's
+    report comes back."""
     reports: list[BatchReport] = []
-    running: deque[Any] = deque()
+    running: deque[tuple[Any, int]] = deque()
+
+    def collect() -> None:
+        future, size = running.popleft()
+        reports.append(future.result())
+        if finished is not None:
+            finished(size)
+
     for chunk in chunks:
         if len(running) >= ahead:
-            reports.append(running.popleft().result())
-        running.append(runner.submit(resolve_chunk, {**parameters, "tickets": chunk}))
-    reports += [future.result() for future in running]
+            collect()
+        running.append((runner.submit(resolve_chunk, {**parameters, "tickets": chunk}), len(chunk)))
+    while running:
+        collect()
     return reports
 
 
@@ -251,11 +278,22 @@ async def _resolve_batch(
         path = str(Path(tickets))
         sizes, valid, bad = plan_batch(task_file, path, parallel, max_line_bytes)
         in_flight = max(1, slots // parallel)
-        parameters = {"task_file": task_file, "in_flight": in_flight, "limits": limits, "processes": parallel}
-        chunks = pending_chunks(
-            TelemetryStore(loaded.store), loaded.task.name, valid_tickets(path, max_line_bytes), sizes
-        )
-        reports = resolve_chunks(runner, chunks, parameters, ahead=2 * parallel)
+        key = artifact_key(loaded.task.name, "batch-progress")
+        async with flow_progress(key, f"resolve-batch: {valid:,} tickets", total=valid) as progress:
+            here = task_runner == "threads"  # chunks in this process count ticket by ticket; Dask's as they end
+            parameters = {
+                "task_file": task_file,
+                "in_flight": in_flight,
+                "limits": limits,
+                "processes": parallel,
+                "progress_id": str(progress.artifact_id) if here else None,
+            }
+            chunks = pending_chunks(
+                TelemetryStore(loaded.store), loaded.task.name, valid_tickets(path, max_line_bytes), sizes
+            )
+            reports = resolve_chunks(
+                runner, chunks, parameters, ahead=2 * parallel, finished=None if here else progress.advance
+            )
     report = finish_batch(task_file, path, valid, reports, bad, out, max_line_bytes)
     await publish_stats(task_file)
     return report
