@@ -11,24 +11,6 @@ from gil_core.telemetry.records import CallRecord
 from gil_core.testing import HashEmbeddingModel
 
 
-class FakeClock:
-    """A monotonic clock for injected ``clock``/``sleep``: ``sleep`` records the wait and, when
-    ``advance_on_sleep``, moves time on by it; nothing ever really sleeps."""
-
-    def __init__(self, *, advance_on_sleep: bool = False) -> None:
-        self.now = 1_000.0
-        self.sleeps: list[float] = []
-        self._advance = advance_on_sleep
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        if self._advance:
-            self.now += seconds
-
-
 class ListSink:
     """Keeps recorded calls in memory."""
 

@@ -18,8 +18,8 @@ from gil_core.client import (
 from gil_core.errors import ConfigurationError, ModelError
 from gil_core.fallback import ChoiceContract
 from gil_core.llm import Completion, OpenAICompatibleChatModel, Usage
-from gil_core.testing import ScriptedChatModel, ScriptedOpenAIServer
-from tests.client._support import FakeClock, user
+from gil_core.testing import ManualClock, ScriptedChatModel, ScriptedOpenAIServer
+from tests.client._support import user
 
 
 @pytest.fixture
@@ -244,7 +244,7 @@ async def test_an_entry_filed_under_another_requests_key_is_corrupt() -> None:
 
 
 async def test_entries_expire_after_their_ttl_and_the_least_recently_used_goes_first() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     cache = InProcessRequestCache(capacity=2, default_ttl=60.0, timer=clock)
     await cache.set("a", b"1")
     await cache.set("b", b"2", ttl=600.0)
@@ -260,7 +260,7 @@ async def test_entries_expire_after_their_ttl_and_the_least_recently_used_goes_f
 
 
 async def test_the_defaults_are_a_thousand_entries_for_an_hour() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     cache = InProcessRequestCache(timer=clock)
     await cache.set("k", b"v")
     clock.now += 3_599

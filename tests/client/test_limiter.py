@@ -9,16 +9,16 @@ import pytest
 from gil_core.client import LimitedChatModel, LimiterRefusedError, TokenBucketLimiter
 from gil_core.errors import BadResponseError, ConfigurationError, ModelUnavailableError, RateLimitedError
 from gil_core.llm import OpenAICompatibleChatModel
-from gil_core.testing import ScriptedChatModel, ScriptedOpenAIServer
-from tests.client._support import FakeClock, user
+from gil_core.testing import ManualClock, ScriptedChatModel, ScriptedOpenAIServer
+from tests.client._support import user
 
 
-def limiter(clock: FakeClock, **kwargs: object) -> TokenBucketLimiter:
+def limiter(clock: ManualClock, **kwargs: object) -> TokenBucketLimiter:
     return TokenBucketLimiter(clock=clock, sleep=clock.sleep, **kwargs)  # type: ignore[arg-type]
 
 
 async def test_a_burst_goes_at_once_then_calls_wait_their_turn() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     bucket = limiter(clock)  # defaults: 5 per second, burst 10
     for _ in range(10):
         await bucket.acquire("openai")
@@ -31,7 +31,7 @@ async def test_a_burst_goes_at_once_then_calls_wait_their_turn() -> None:
 
 
 async def test_the_limiter_waits_when_short_and_refuses_at_once_beyond_30_seconds() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     bucket = limiter(clock)
     for _ in range(160):  # 10 at once, then turns 0.2 s … 30.0 s away
         await bucket.acquire("openai")
@@ -47,7 +47,7 @@ async def test_the_limiter_waits_when_short_and_refuses_at_once_beyond_30_second
 
 
 async def test_time_refills_the_bucket_up_to_its_burst() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     bucket = limiter(clock, requests_per_second=2, burst=3)
     for _ in range(3):
         await bucket.acquire("local")
@@ -59,7 +59,7 @@ async def test_time_refills_the_bucket_up_to_its_burst() -> None:
 
 
 async def test_providers_have_separate_buckets() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     bucket = limiter(clock, requests_per_second=1, burst=1, max_wait=0)
     await bucket.acquire("openai")
     await bucket.acquire("anthropic")
@@ -68,7 +68,7 @@ async def test_providers_have_separate_buckets() -> None:
 
 
 async def test_a_tenant_limit_applies_on_top_of_the_providers() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     bucket = limiter(clock, requests_per_second=100, burst=100, tenant_requests_per_second=1, tenant_burst=2)
     await bucket.acquire("openai", tenant="acme")
     await bucket.acquire("openai", tenant="acme")
@@ -81,7 +81,7 @@ async def test_a_tenant_limit_applies_on_top_of_the_providers() -> None:
 
 
 async def test_a_refused_call_reserves_nothing() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     bucket = limiter(clock, requests_per_second=1, burst=1, max_wait=0.5)
     await bucket.acquire("p")
     with pytest.raises(LimiterRefusedError):
@@ -92,7 +92,7 @@ async def test_a_refused_call_reserves_nothing() -> None:
 
 
 async def test_concurrent_callers_queue_in_arrival_order() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     bucket = limiter(clock, requests_per_second=10, burst=1)
     await asyncio.gather(*(bucket.acquire("p") for _ in range(4)))
     assert clock.sleeps == pytest.approx([0.1, 0.2, 0.3])
@@ -118,7 +118,7 @@ def test_a_tenant_snapshot_needs_a_tenant_limit() -> None:
 
 
 async def test_each_model_call_takes_one_token() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     bucket = limiter(clock)
     inner = ScriptedChatModel(name="primary")
     inner.enqueue("one")
@@ -130,7 +130,7 @@ async def test_each_model_call_takes_one_token() -> None:
 
 
 async def test_a_limiter_refusal_goes_to_the_fallback_which_is_named_on_the_answer() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     bucket = limiter(clock, requests_per_second=1, burst=1, max_wait=0)
     primary = ScriptedChatModel(name="primary")
     primary.enqueue("from primary")

@@ -14,12 +14,12 @@ from gil_core.client import (
 )
 from gil_core.llm import CallRecorder, OpenAICompatibleChatModel, Usage
 from gil_core.telemetry import EnergyModel, TelemetryStore
-from gil_core.testing import ScriptedChatModel, ScriptedOpenAIServer
-from tests.client._support import FakeClock, ListSink, user
+from gil_core.testing import ManualClock, ScriptedChatModel, ScriptedOpenAIServer
+from tests.client._support import ListSink, user
 
 
 async def test_a_cached_answer_adds_no_tokens_waits_on_no_limiter_and_is_not_logged() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     limiter = TokenBucketLimiter(clock=clock, sleep=clock.sleep)
     log = InProcessOperationLog()
     sink = ListSink()
@@ -40,7 +40,7 @@ async def test_a_cached_answer_adds_no_tokens_waits_on_no_limiter_and_is_not_log
 
 
 async def test_a_refused_call_is_logged_with_the_model_that_answered() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     limiter = TokenBucketLimiter(1, 1, max_wait=0, clock=clock, sleep=clock.sleep)
     log = InProcessOperationLog()
     primary = ScriptedChatModel(name="primary")

@@ -9,16 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from gil_core.testing import ManualClock
 from tests.flows._support import write_task_file
 from tests.resolver._support import Script, support_server
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def _progress_data(artifact_id: object) -> float:
@@ -40,7 +33,7 @@ async def test_progress_updates_at_most_once_an_interval_and_always_at_the_end()
 
     from flows._progress import FlowProgress
 
-    clock = Clock()
+    clock = ManualClock(start=0.0)
     progress = FlowProgress(await acreate_progress_artifact(0.0, key="progress-test"), 10, interval=1.0, clock=clock)
     progress.advance(2)
     assert await asyncio.to_thread(progress.publish)  # 20%: the first update goes out at once

@@ -19,16 +19,6 @@ ADAPTERS = ("lancedb", "lexical")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class FakeClock:
-    """Monotonic seconds that move only when a test moves them."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class Peer:
     """Another process with its own memory on each root it is given (``tests.memory._remote``), kept alive."""
 

@@ -11,8 +11,7 @@ import pytest
 from gil_core.errors import ConfigurationError, MemoryUnavailableError
 from gil_core.llm import OpenAICompatibleEmbeddingModel
 from gil_core.memory import CallableEmbeddingModel, CircuitBreakingMemory, LanceDBMemory
-from gil_core.testing import HashEmbeddingModel, ScriptedOpenAIServer
-from tests.memory._support import FakeClock
+from gil_core.testing import HashEmbeddingModel, ManualClock, ScriptedOpenAIServer
 
 TASK = "support"
 
@@ -43,12 +42,12 @@ def flaky() -> FlakyEmbedder:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
-async def breaker(tmp_path: Path, flaky: FlakyEmbedder, clock: FakeClock) -> CircuitBreakingMemory:
+async def breaker(tmp_path: Path, flaky: FlakyEmbedder, clock: ManualClock) -> CircuitBreakingMemory:
     memory = LanceDBMemory(tmp_path, CallableEmbeddingModel(flaky, name="flaky"))
     breaker = CircuitBreakingMemory(memory, cooldown=30.0, clock=clock)
     await breaker.remember(TASK, "t-1", "where is my refund", "Soon.")
@@ -64,7 +63,7 @@ async def trip(breaker: CircuitBreakingMemory, flaky: FlakyEmbedder) -> None:
 
 
 async def test_an_open_circuit_makes_no_call_until_the_cooldown_ends(
-    breaker: CircuitBreakingMemory, flaky: FlakyEmbedder, clock: FakeClock
+    breaker: CircuitBreakingMemory, flaky: FlakyEmbedder, clock: ManualClock
 ) -> None:
     await trip(breaker, flaky)
     for index in range(5):  # distinct texts: none could be answered from the query-vector cache
@@ -86,7 +85,7 @@ async def test_an_open_circuit_makes_no_call_until_the_cooldown_ends(
 
 
 async def test_a_failed_trial_opens_the_circuit_again(
-    breaker: CircuitBreakingMemory, flaky: FlakyEmbedder, clock: FakeClock
+    breaker: CircuitBreakingMemory, flaky: FlakyEmbedder, clock: ManualClock
 ) -> None:
     await trip(breaker, flaky)
     clock.now += 30.0
@@ -100,7 +99,7 @@ async def test_a_failed_trial_opens_the_circuit_again(
 
 
 async def test_callers_during_the_trial_are_refused(
-    breaker: CircuitBreakingMemory, flaky: FlakyEmbedder, clock: FakeClock
+    breaker: CircuitBreakingMemory, flaky: FlakyEmbedder, clock: ManualClock
 ) -> None:
     await trip(breaker, flaky)
     clock.now += 30.0
@@ -125,7 +124,7 @@ async def test_forget_always_passes_and_leaves_the_circuit_alone(
 
 
 async def test_a_500_from_the_endpoint_opens_it_and_refused_calls_send_no_request(
-    tmp_path: Path, clock: FakeClock
+    tmp_path: Path, clock: ManualClock
 ) -> None:
     with ScriptedOpenAIServer(embedding_dimensions=16) as server:
         async with OpenAICompatibleEmbeddingModel(server.base_url, "embedder", max_attempts=1) as model:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from gil_core.memory import LanceDBMemory
-from gil_core.testing import HashEmbeddingModel
-from tests.memory._support import FakeClock, Peer
+from gil_core.testing import HashEmbeddingModel, ManualClock
+from tests.memory._support import Peer
 
 TASK = "support"
 BOUND = 0.5
@@ -26,7 +26,7 @@ def source_of(recall: Any) -> str | None:
 async def test_another_processes_new_and_forgotten_entries_are_seen_once_the_bound_has_passed(
     tmp_path: Path, peer: Peer
 ) -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     memory = LanceDBMemory(tmp_path, HashEmbeddingModel(), clock=clock, refresh_interval=BOUND)
     await memory.remember(TASK, "t-1", "where is my refund", "Soon.")
     assert source_of(await memory.lookup(TASK, "cancel my order", threshold=0.0)) == "t-1"
@@ -49,7 +49,7 @@ async def test_another_processes_new_and_forgotten_entries_are_seen_once_the_bou
 
 
 async def test_a_forgotten_entry_is_never_served_by_the_process_that_forgot_it(tmp_path: Path) -> None:
-    clock = FakeClock()  # never moves: nothing here may wait for the refresh bound
+    clock = ManualClock()  # never moves: nothing here may wait for the refresh bound
     memory = LanceDBMemory(tmp_path, HashEmbeddingModel(), clock=clock)
     other = LanceDBMemory(tmp_path, HashEmbeddingModel(), clock=clock)
     await memory.remember(TASK, "t-1", "where is my refund", "Soon.")

@@ -16,22 +16,14 @@ from gil_core.llm import OpenAICompatibleChatModel, OpenAICompatibleEmbeddingMod
 from gil_core.memory import CircuitBreakingMemory, LanceDBMemory
 from gil_core.resolver import Resolver
 from gil_core.telemetry import TelemetryStore
-from gil_core.testing import HashEmbeddingModel, ScriptedChatModel
+from gil_core.testing import HashEmbeddingModel, ManualClock, ScriptedChatModel
 from tests.resolver._support import ROOT, Script, support_server, support_task
 
 GIFT = "do you sell gift cards?"
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 async def test_a_dead_embedding_endpoint_makes_misses_and_the_breaker_spares_it(tmp_path: Path) -> None:
-    store, clock = TelemetryStore(tmp_path / "store"), FakeClock()
+    store, clock = TelemetryStore(tmp_path / "store"), ManualClock()
     with support_server({}, default=Script(answers=["None of these"])) as server:
         embedder = OpenAICompatibleEmbeddingModel(server.base_url, "emb", max_attempts=1)
         memory = CircuitBreakingMemory(LanceDBMemory(tmp_path / "memory", embedder), cooldown=60.0, clock=clock)
@@ -66,7 +58,7 @@ CHILD = textwrap.dedent(
     from gil_core.memory import LanceDBMemory
     from gil_core.resolver import Resolver
     from gil_core.telemetry import TelemetryStore
-    from gil_core.testing import HashEmbeddingModel, ScriptedChatModel, ScriptedChatModel
+    from gil_core.testing import HashEmbeddingModel, ManualClock, ScriptedChatModel, ScriptedChatModel
     from tests.resolver._support import support_task
 
     async def main():
