@@ -86,3 +86,21 @@ async def test_progress_of_a_batch_ends_at_one_hundred_on_its_flow_run(tmp_path:
     assert artifact.type == "progress" and float(artifact.data) == 100.0  # type: ignore[arg-type]
     assert run.name and "12 tickets" in (artifact.description or "")
     assert progress_of(str(artifact.id)) is None  # the run let go of it
+
+
+@pytest.mark.usefixtures("prefect_harness")
+async def test_progress_of_a_one_step_flow_is_done_when_the_flow_is(tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.maintenance import rebuild_memory_flow
+
+    with support_server({}, default=Script(answers=["None of these"])) as server:
+        task = str(write_task_file(tmp_path, server.base_url, task="progress-rebuild"))
+        assert await rebuild_memory_flow(task) == 0  # nothing confirmed yet: an empty memory
+    async with get_client() as client:
+        (artifact,) = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["progress-rebuild-rebuild-memory-progress"]))
+        )
+    assert artifact.type == "progress" and float(artifact.data) == 100.0  # type: ignore[arg-type]
+    assert artifact.flow_run_id is not None
