@@ -77,7 +77,7 @@ class ResolverArm:
     batch_requests: int
     files_per_request: float  # Parquet files the tree requests wrote, per request
     batch_cpu_seconds: float = 0.0  # this process's CPU time (all threads) during the batch
-    batch_loop_cpu_seconds: float = 0.0  # of which the event loop's thread (the requests, and flushes at max_rows)
+    batch_loop_cpu_seconds: float = 0.0  # of which the event loop's thread (the requests; flushes run on the flusher's)
     model_calls: list[int] | None = None  # per tree request, when counted (else 2)
     embeddings: list[int] | None = None  # per tree request, when counted (else 1)
     model_call: list[float] | None = None  # the arm's own baselines, when its model and embedder differ
@@ -505,10 +505,11 @@ def _resolver_notes(figures: ResolverFigures) -> list[str]:
             f"**Miss** ({arm.name}, batch), cause: {cause}. A request of the batch took {wall * 1000:.2f} ms of "
             f"wall time and {cpu * 1000:.2f} ms of this process's CPU (all threads: the event loop, the group's "
             f"flusher thread, Polars and LanceDB; {loop * 1000:.2f} ms of it on the event loop's thread, which "
-            f"resolves the requests and flushes a group that reaches {_GROUP_ROWS:,} rows): on a core of its own "
-            f"the batch would reach about {1 / cpu:,.0f} requests/s. {where} The "
-            "flushes are `gil_core/telemetry` (each group's rows conformed, validated, written as one Parquet file "
-            "per table and fsync-ed): they run on the group's flusher thread, and on the event loop's when a group "
-            "reaches its row limit, where the requests wait for them."
+            f"resolves the requests): on a core of its own the batch would reach about {1 / cpu:,.0f} requests/s. "
+            f"{where} The flushes are `gil_core/telemetry` (each group's rows conformed, validated, written as one "
+            "Parquet file per table and fsync-ed): they run on the group's flusher thread, woken when a group "
+            f"reaches {_GROUP_ROWS:,} rows; the event loop's thread writes a group only when the flusher is four "
+            "groups behind or its last flush failed. The profile above runs without the timer, so without the "
+            "thread: its flushes ran on the profiled thread, where they are counted."
         )
     return notes

@@ -21,6 +21,7 @@ from gil_core.telemetry._rows import conform
 from gil_core.telemetry.schemas import KEYS, TABLES, validate_frame
 
 __all__ = [
+    "BACKLOG_GROUPS",
     "WRITE_ORDER",
     "CommitGroup",
     "FlushListener",
@@ -67,6 +68,11 @@ class QueuedAppend:
     queued_at: float
 
 
+BACKLOG_GROUPS = 4
+"""With a flusher thread, an append waits (flushing itself) only once the rows not yet durable, queued or being
+written, exceed this many groups' ``max_rows``: the bound on what a group holds in memory."""
+
+
 @dataclass
 class CommitGroup:
     """The open group of one store. Its fields are guarded by the store's queue lock."""
@@ -76,6 +82,8 @@ class CommitGroup:
     depth: int = 0  # group_commit contexts open on it
     queue: list[QueuedAppend] = field(default_factory=list)
     rows: int = 0
+    writing: int = 0  # rows a flush has taken and not yet written or put back
+    failing: bool = False  # the last flush failed: the appender that fills the group flushes it itself (and hears)
     listeners: list[FlushListener] = field(default_factory=list)
     appended: int = 0
 
@@ -87,9 +95,13 @@ class CommitGroup:
         self.rows += rows
         return self.rows >= self.max_rows
 
+    def backlogged(self) -> bool:
+        """Whether the rows not yet durable (queued, or taken by a flush under way) exceed the backlog bound."""
+        return self.rows + self.writing > BACKLOG_GROUPS * self.max_rows
+
     def take(self) -> list[QueuedAppend]:
-        """Everything queued, in order; the queue is left empty."""
-        taken, self.queue, self.rows = self.queue, [], 0
+        """Everything queued, in order; the queue is left empty and its rows count as being written."""
+        taken, self.queue, self.writing, self.rows = self.queue, [], self.rows, 0
         return taken
 
     def put_back(self, appends: Sequence[QueuedAppend]) -> None:
@@ -249,12 +261,14 @@ def combined_rejection(rejected: Sequence[SchemaViolationError]) -> SchemaViolat
 
 class Flusher:
     """The background thread of a group with ``max_delay_s``: it calls ``flush`` once the oldest queued append
-    has waited that long. A failed flush is logged and tried again after ``max_delay_s`` (leaving the block
-    flushes anyway, and raises what fails then)."""
+    has waited that long, and at once when woken by the append that filled the group (``wake``). A failed flush
+    is logged and tried again after ``max_delay_s``; meanwhile the appender that fills the group flushes it
+    itself and hears the error (``CommitGroup.failing``), and leaving the block flushes anyway."""
 
     def __init__(self, group: CommitGroup, lock: threading.Lock, flush: Callable[[], None]) -> None:
         self._group, self._lock, self._flush = group, lock, flush
-        self._stop = threading.Event()
+        self._signal = threading.Event()  # woken (a full group) or stopped
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="gil-group-commit", daemon=True)
         self._thread.start()
 
@@ -264,21 +278,31 @@ class Flusher:
         while True:
             with self._lock:
                 wait = self._group.due_in(time.monotonic())
-            if self._stop.wait(max(wait, 0.0)):
+            self._signal.wait(max(wait, 0.0))
+            self._signal.clear()  # before the state is looked at: a wake after this finds its rows below
+            if self._stopping:
                 return
             with self._lock:
-                due = bool(self._group.queue) and self._group.due_in(time.monotonic()) <= 0
+                group = self._group
+                due = bool(group.queue) and (group.rows >= group.max_rows or group.due_in(time.monotonic()) <= 0)
             if not due:
                 continue
             try:
                 self._flush()
             except Exception as exc:
-                _log.warning("group commit: a timed flush failed, trying again in %.1f s: %s", delay, exc)
-                if self._stop.wait(delay):
+                _log.warning("group commit: a background flush failed, trying again in %.1f s: %s", delay, exc)
+                self._signal.wait(delay)
+                self._signal.clear()
+                if self._stopping:
                     return
+
+    def wake(self) -> None:
+        """Flush now: the group has reached ``max_rows``."""
+        self._signal.set()
 
     def stop(self) -> None:
         """Stop the thread and wait for it (and for a flush it is doing)."""
-        self._stop.set()
+        self._stopping = True
+        self._signal.set()
         if threading.current_thread() is not self._thread:
             self._thread.join()

@@ -24,10 +24,15 @@ Durability model
   (unknown columns and wrong types raise to the caller) and queued; returning from it does NOT mean durable.
   A flush takes the whole queue, validates each table's combined rows once, and writes ONE file per table in
   ``WRITE_ORDER`` (same atomic write as above; the flush lock keeps one group's files before the next's). It
-  runs when ``max_rows`` rows are queued, when the oldest queued append has waited ``max_delay_s`` (a
-  background thread), on ``flush()``, before this store object's ``read``/``scan``/``stats`` (a process always
-  reads its own writes), and on leaving the block. Acknowledged means flushed: ``flush()`` or leaving the block
-  returned, or ``on_flush`` reported the rows. A SIGKILL loses what was queued and not flushed, never leaves a
+  runs when ``max_rows`` rows are queued, when the oldest queued append has waited ``max_delay_s`` (both on the
+  group's background thread: the append that fills the group wakes it and returns), on ``flush()``, before this
+  store object's ``read``/``scan``/``stats`` (a process always reads its own writes), and on leaving the block;
+  each of these waits for a flush under way, then writes what is queued. The append that fills a group flushes it
+  itself instead when there is no thread (``max_delay_s=None``) and after a failed flush (so the error reaches
+  an appender, as it would without the thread); and an append waits, writing itself, while the rows not yet
+  durable (queued, or being written) exceed ``BACKLOG_GROUPS`` (4) groups' ``max_rows``: a group's memory is
+  bounded however slow the disk. Acknowledged means flushed: ``flush()`` or leaving the block returned, or
+  ``on_flush`` reported the rows. A SIGKILL loses what was queued and not flushed, never leaves a
   partial file, and leaves a flush cut between two tables as above (per group instead of per request). Appends
   whose rows fail validation at flush time are left out whole (every table of that append), the rest is
   written, and the next ``flush()`` or the block's exit raises one ``SchemaViolationError`` naming the table and
@@ -276,9 +281,11 @@ class TelemetryStore:
         self, *, max_rows: int = 1000, max_delay_s: float | None = 0.2, on_flush: FlushListener | None = None
     ) -> Iterator[TelemetryStore]:
         """Within this block, appends from any thread or task are queued, then written as one file per table
-        per group: when ``max_rows`` rows are queued (by the append that reaches it), when the oldest queued
-        append has waited ``max_delay_s`` (by a background thread; None: never by time), on ``flush()``, before
-        a ``read``/``scan``/``stats`` of this store object, and on leaving the block. See the module doc.
+        per group: when ``max_rows`` rows are queued, when the oldest queued append has waited ``max_delay_s``
+        (both by a background thread; None: never by time, and no thread: the append that reaches ``max_rows``
+        writes the group), on ``flush()``, before a ``read``/``scan``/``stats`` of this store object, and on
+        leaving the block. An append waits only while the rows not yet durable exceed four groups' ``max_rows``
+        (``BACKLOG_GROUPS``), and after a failed flush. See the module doc.
 
         ``on_flush`` is called after each flush with the rows it made durable, per table, in the thread that
         flushed. A block opened while another is open joins its group (the first block's limits hold); leaving
@@ -321,8 +328,16 @@ class TelemetryStore:
             if self._group is not group:
                 return False
             full = group.add(pending, time.monotonic())
-        if full:
+            flusher = self._flusher
+            # A full group is the flusher's to write, off this thread (the event loop's, in a batch); the caller
+            # writes it itself when there is no flusher, when the last flush failed (so it hears why), and when
+            # the flusher is this far behind (the backlog bound: the caller waits for it, then writes the rest).
+            inline = (full and (flusher is None or group.failing)) or group.backlogged()
+        if inline:
             self._flush()
+        elif full:
+            assert flusher is not None
+            flusher.wake()
         return True
 
     def _flush(self) -> None:
@@ -345,6 +360,7 @@ class TelemetryStore:
             except BaseException:
                 with self._queue_lock:
                     group.put_back(appends)
+                    group.writing, group.failing = 0, True
                 raise
             for error in prepared.rejected:
                 _log.warning("group commit: %s", error)
@@ -359,6 +375,7 @@ class TelemetryStore:
                 with self._queue_lock:
                     group.put_back([QueuedAppend(0, dict(unwritten), rows, appends[0].queued_at)])
             with self._queue_lock:
+                group.writing, group.failing = 0, failure is not None
                 self._rejected += prepared.rejected
             if written:  # under the flush lock: once any flush returns, every earlier flush has been heard of
                 for listener in listeners:
@@ -377,7 +394,8 @@ class TelemetryStore:
             except BaseException as exc:
                 failure = exc
             with self._queue_lock:
-                if failure is None and group.depth == 1 and group.queue:
+                # (a flush under way on the flusher thread may yet fail and put its rows back: flush after it)
+                if failure is None and group.depth == 1 and (group.queue or group.writing):
                     continue
                 group.depth -= 1
                 if on_flush is not None:

@@ -5,7 +5,9 @@ are left out whole and named, the rest is written; appends from threads and task
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import pytest
 
 from gil_core.errors import ConfigurationError, SchemaViolationError, TelemetryError
 from gil_core.telemetry import TelemetryStore
+from gil_core.telemetry._group import BACKLOG_GROUPS
 from tests.telemetry.test_store import AT, make_call, make_trace, parquet_files, review
 
 
@@ -113,6 +116,109 @@ def test_rows_that_waited_max_delay_are_flushed_by_the_group_s_thread(store: Tel
         assert flushed.wait(timeout=120), "no timed flush"
         assert fresh_ids(store) == ["t1"]
     assert [thread.name for thread in threading.enumerate() if thread.name == "gil-group-commit"] == []
+
+
+FLUSHER = "gil-group-commit"  # the group's background thread
+
+
+def test_a_full_group_is_written_by_the_flusher_thread_not_by_the_append_that_filled_it(
+    store: TelemetryStore,
+) -> None:
+    flushers: list[str] = []
+    flushed = threading.Event()
+
+    def listen(written: Mapping[str, pl.DataFrame]) -> None:
+        flushers.append(threading.current_thread().name)
+        flushed.set()
+
+    with store.group_commit(max_rows=6, max_delay_s=3600, on_flush=listen):  # never by time here
+        record(store, "t1")
+        record(store, "t2")  # 6 rows: the group is full
+        assert flushed.wait(timeout=120), "the full group was not flushed"
+        assert fresh_ids(store) == ["t1", "t2"]
+    assert flushers == [FLUSHER]
+
+
+def waiting_in_a_flush(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is inside ``TelemetryStore._flush`` (an append that writes itself, or waits to)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == "_flush" and frame.f_code.co_filename.endswith("store.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_an_append_waits_only_once_the_rows_not_yet_durable_exceed_the_backlog_bound(store: TelemetryStore) -> None:
+    """The flusher is held inside its first flush; another thread's appends queue until more than BACKLOG_GROUPS
+    groups' rows wait, then the next one waits in a flush of its own, and writes the backlog once the flusher
+    lets go."""
+    gate, held = threading.Event(), threading.Event()
+    heard: list[tuple[str, list[str]]] = []
+    returned: list[str] = []
+
+    def listen(written: Mapping[str, pl.DataFrame]) -> None:
+        heard.append((threading.current_thread().name, written["traces"]["trace_id"].to_list()))
+        if not held.is_set():
+            held.set()
+            assert gate.wait(timeout=120)
+
+    def append_the_rest() -> None:
+        for index in range(1, 20):
+            record(store, f"t{index}")
+            returned.append(f"t{index}")
+
+    with store.group_commit(max_rows=3, max_delay_s=3600, on_flush=listen):  # a request is 3 rows
+        record(store, "t0")  # fills the group: the flusher writes it, and is held
+        assert held.wait(timeout=120)
+        appender = threading.Thread(target=append_the_rest, name="appender")
+        appender.start()
+        deadline = time.monotonic() + 120
+        while not waiting_in_a_flush(appender) and appender.is_alive() and time.monotonic() < deadline:
+            threading.Event().wait(0.001)
+        assert waiting_in_a_flush(appender) and appender.is_alive(), "the appender never waited"
+        assert returned == [f"t{index}" for index in range(1, 1 + BACKLOG_GROUPS)]  # 4 groups queued, the 5th waits
+        gate.set()
+        appender.join()
+    assert heard[0] == (FLUSHER, ["t0"])
+    assert heard[1][1] == [f"t{index}" for index in range(1, 2 + BACKLOG_GROUPS)]  # the backlog, by either thread
+    assert [trace_id for _, ids in heard for trace_id in ids] == [f"t{index}" for index in range(20)]
+    assert fresh_ids(store) == [f"t{index}" for index in range(20)]
+
+
+def test_a_failed_background_flush_reaches_the_append_that_fills_the_group_next(store: TelemetryStore) -> None:
+    """The flusher's flush fails (a file stands where the traces folder goes): the next append that fills the group
+    writes it itself and raises; once the obstacle is gone, nothing queued is lost."""
+    store.root.mkdir(parents=True)
+    (store.root / "traces").write_text("in the way")
+    failed = threading.Event()
+    heard: list[tuple[str, list[str]]] = []
+
+    def listen(written: Mapping[str, pl.DataFrame]) -> None:
+        heard.append((threading.current_thread().name, sorted(written)))
+        failed.set()  # the first flush writes the calls, then fails on the traces
+
+    with store.group_commit(max_rows=3, max_delay_s=3600, on_flush=listen):
+        record(store, "t1")
+        assert failed.wait(timeout=120)
+        with pytest.raises(TelemetryError, match="could not append"):
+            record(store, "t2")
+        (store.root / "traces").unlink()
+    assert heard[0] == (FLUSHER, ["calls"]) and heard[1] == ("MainThread", ["calls"])
+    assert fresh_ids(store) == ["t1", "t2"]
+    assert store.read("node_stats")["hits"].to_list() == [2]
+
+
+def test_leaving_the_block_loses_nothing_the_flusher_was_writing(store: TelemetryStore) -> None:
+    heard: list[str] = []
+    with store.group_commit(
+        max_rows=3, max_delay_s=3600, on_flush=lambda written: heard.extend(written["traces"]["trace_id"])
+    ):
+        for index in range(200):
+            record(store, f"t{index}")
+    assert heard == [f"t{index}" for index in range(200)]  # each heard once, in order
+    assert fresh_ids(store) == heard
+    assert [thread.name for thread in threading.enumerate() if thread.name == FLUSHER] == []
 
 
 def test_a_later_row_of_the_same_key_in_the_same_group_wins(store: TelemetryStore) -> None:
