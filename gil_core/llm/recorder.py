@@ -9,11 +9,12 @@ and when the scope closes its calls go to the sink, complete.
 from __future__ import annotations
 
 import json
-import uuid
+import os
+import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from gil_core.diagnostics import Diagnostics, default_diagnostics
@@ -24,9 +25,21 @@ from gil_core.telemetry.records import CallRecord, CallRole, CallSink, Candidate
 
 __all__ = ["CallRecorder", "CallScope", "EmbeddingRecorder", "call_scope", "current_trace_id", "trace_scope"]
 
-_RECORD_FIELDS = tuple(item.name for item in fields(CallRecord))
 _SCOPE: ContextVar[CallScope | None] = ContextVar("gil_call_scope", default=None)
 _TRACE: ContextVar[_TraceContext | None] = ContextVar("gil_trace", default=None)
+# One encoder for every raw response (json.dumps with options builds one per call); the same text as
+# ``json.dumps(raw, ensure_ascii=False)``.
+_RAW_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+# Call ids: 128 random bits from a generator of the recorder's own, seeded from the OS and again in a forked child.
+# Unique as uuid4's are, without the system call (and the GIL handed away) that ``uuid.uuid4`` makes per call;
+# nobody can seed it (``random.seed`` does not reach it). Ids are names, not secrets.
+_IDS = random.Random()
+os.register_at_fork(after_in_child=_IDS.seed)
+
+
+def _new_call_id() -> str:
+    return f"{_IDS.getrandbits(128):032x}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,23 +66,21 @@ class CallScope:
     layer: int | None = None
     candidates: Sequence[CandidateShown] = ()
     annotations: dict[str, Any] = field(default_factory=dict)
-    _pending: list[tuple[CallRecord, CallSink]] = field(default_factory=list)
+    # Each call's fields, not yet a record: the annotations come after the call, and a record is built once.
+    _pending: list[tuple[dict[str, Any], CallSink]] = field(default_factory=list)
 
     @property
     def records(self) -> list[CallRecord]:
         """The calls recorded so far, with the annotations given so far."""
-        return [self._annotated(record) for record, _ in self._pending]
+        return [self._annotated(columns) for columns, _ in self._pending]
 
-    def _annotated(self, record: CallRecord) -> CallRecord:
-        if not self.annotations:
-            return record
-        # ``dataclasses.replace`` without its per-field checks: every field of a record is an init field.
-        return CallRecord(**({name: getattr(record, name) for name in _RECORD_FIELDS} | self.annotations))
+    def _annotated(self, columns: dict[str, Any]) -> CallRecord:
+        return CallRecord(**(columns | self.annotations if self.annotations else columns))
 
     @property
     def energy(self) -> float:
         """The priced energy of every call made in this scope."""
-        return sum(record.energy for record, _ in self._pending)
+        return sum(float(columns["energy"]) for columns, _ in self._pending)
 
     def annotate(
         self,
@@ -89,8 +100,8 @@ class CallScope:
         if not self._pending:
             return
         by_sink: dict[int, tuple[CallSink, list[CallRecord]]] = {}
-        for record, sink in self._pending:
-            by_sink.setdefault(id(sink), (sink, []))[1].append(self._annotated(record))
+        for columns, sink in self._pending:
+            by_sink.setdefault(id(sink), (sink, []))[1].append(self._annotated(columns))
         for sink, records in by_sink.values():
             _deliver(records, sink)
 
@@ -143,53 +154,55 @@ class _Recording:
         self._diagnostics = diagnostics
 
     @contextmanager
-    def _span(self, role: CallRole, model: str) -> Iterator[Callable[[CallRecord], None]]:
-        """A ``gil.call`` span around one call; the yielded function closes it with the call's record."""
+    def _span(self, role: CallRole, model: str) -> Iterator[Callable[[dict[str, Any]], None]]:
+        """A ``gil.call`` span around one call; the yielded function closes it with the call's fields (``_base``)."""
         scope = _SCOPE.get()
         diagnostics = self._diagnostics or default_diagnostics()
         node_id = scope.node_id if scope is not None else None
         layer = scope.layer if scope is not None else None
         with diagnostics.call_span(role=role, model=model, node_id=node_id, layer=layer) as span:
 
-            def finish(record: CallRecord) -> None:
+            def finish(columns: dict[str, Any]) -> None:
                 span.finish(
-                    prompt_tokens=record.prompt_tokens,
-                    completion_tokens=record.completion_tokens,
-                    cached_tokens=record.cached_tokens,
-                    energy=record.energy,
+                    prompt_tokens=columns["prompt_tokens"],
+                    completion_tokens=columns["completion_tokens"],
+                    cached_tokens=columns["cached_tokens"],
+                    energy=columns["energy"],
                 )
-                self._keep(record, scope)
+                self._keep(columns, scope)
 
             yield finish
 
     def _price(self, usage: Usage) -> float:
         return self._energy.price(usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
 
-    def _keep(self, record: CallRecord, scope: CallScope | None) -> None:
+    def _keep(self, columns: dict[str, Any], scope: CallScope | None) -> None:
         if scope is None:
-            _deliver([record], self._sink)
+            _deliver([CallRecord(**columns)], self._sink)
         else:
-            scope._pending.append((record, self._sink))
+            scope._pending.append((columns, self._sink))
 
-    def _base(self, scope: CallScope | None, model: str, usage: Usage, latency_ms: float, **columns: Any) -> CallRecord:
-        """The call's record; ``columns`` are the rest of its fields (content, timings, …), given here so that a
-        record is built once rather than copied field by field for each addition."""
-        return CallRecord(
-            call_id=uuid.uuid4().hex,
-            trace_id=current_trace_id(),
-            created_at=utc_now(),
-            role=scope.role if scope is not None else self._default_role,
-            model=model,
-            node_id=scope.node_id if scope is not None else None,
-            layer=scope.layer if scope is not None else None,
-            prompt_tokens=usage.prompt_tokens,
-            cached_tokens=usage.cached_tokens,
-            completion_tokens=usage.completion_tokens,
-            latency_ms=latency_ms,
-            energy=self._price(usage),
-            candidates=tuple(scope.candidates) if scope is not None else (),
+    def _base(
+        self, scope: CallScope | None, model: str, usage: Usage, latency_ms: float, **columns: Any
+    ) -> dict[str, Any]:
+        """The call's record as the fields of a ``CallRecord``; ``columns`` are the rest of them (content,
+        timings, …). The record itself is built once, with its scope's annotations, when it is delivered."""
+        return {
+            "call_id": _new_call_id(),
+            "trace_id": current_trace_id(),
+            "created_at": utc_now(),
+            "role": scope.role if scope is not None else self._default_role,
+            "model": model,
+            "node_id": scope.node_id if scope is not None else None,
+            "layer": scope.layer if scope is not None else None,
+            "prompt_tokens": usage.prompt_tokens,
+            "cached_tokens": usage.cached_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "latency_ms": latency_ms,
+            "energy": self._price(usage),
+            "candidates": tuple(scope.candidates) if scope is not None else (),
             **columns,
-        )
+        }
 
 
 class CallRecorder(_Recording):
@@ -240,7 +253,7 @@ class CallRecorder(_Recording):
                 columns["first_token"] = logprobs[0].token if logprobs else None
                 columns["top_logprobs"] = tuple((item.token, item.logprob) for item in logprobs)
                 raw = completion.raw
-                columns["raw_response"] = json.dumps(raw, ensure_ascii=False) if raw is not None else None
+                columns["raw_response"] = _RAW_ENCODER.encode(raw) if raw is not None else None
             model = completion.model or self._model.name
             finish(self._base(scope, model, completion.usage, completion.latency_ms, **columns))
         return completion
@@ -268,6 +281,6 @@ class EmbeddingRecorder(_Recording):
         scope = _SCOPE.get()
         with self._span("embed", self._model.name) as finish:
             embeddings = await self._model.embed(texts)
-            record = self._base(scope, embeddings.model or self._model.name, embeddings.usage, embeddings.latency_ms)
-            finish(record if record.role == "embed" else replace(record, role="embed"))
+            columns = self._base(scope, embeddings.model or self._model.name, embeddings.usage, embeddings.latency_ms)
+            finish(columns | {"role": "embed"})
         return embeddings

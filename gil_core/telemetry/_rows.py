@@ -9,7 +9,7 @@ append before it queues raw rows: when it says yes, ``conform`` of those rows ca
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -112,10 +112,10 @@ def conform(table: str, rows: Sequence[Mapping[str, Any]] | pl.DataFrame) -> pl.
     """Build a frame in the table's column order and dtypes; missing nullable columns become null."""
     dtypes = DTYPES[table]
     if isinstance(rows, pl.DataFrame):
-        given = rows.columns
+        given: Collection[str] = rows.columns
     else:
-        given = list(dict.fromkeys(name for row in rows for name in row))
-    unknown = [name for name in given if name not in dtypes]
+        given = set().union(*rows)  # every row's names, in C: a group's flush conforms thousands of rows
+    unknown = sorted(name for name in given if name not in dtypes)
     if unknown:
         raise SchemaViolationError(f"unknown columns {unknown}; columns are {list(dtypes)}", table=table)
     height = rows.height if isinstance(rows, pl.DataFrame) else len(rows)
@@ -158,22 +158,25 @@ def _conform_series(table: str, series: pl.Series, dtype: pl.DataType) -> pl.Ser
 _INT64_MIN, _INT64_END = -(2**63), 2**63
 
 
-def _kind(dtype: pl.DataType) -> str | None:
+def _accepted(dtype: pl.DataType) -> frozenset[type]:
+    """The Python types a column of ``dtype`` takes without conversion (None always: validation judges nulls)."""
     if dtype == pl.String:
-        return "text"
+        return frozenset({str, _NONE})
     if dtype == pl.Int64:
-        return "int"
+        return frozenset({int, _NONE})
     if dtype == pl.Float64:
-        return "float"
+        return frozenset({float, int, _NONE})
     if isinstance(dtype, pl.Datetime):
-        return "datetime"
+        return frozenset({datetime, _NONE})  # and aware: checked per value
     if dtype == pl.Binary:
-        return "bytes"
-    return None  # a dtype without a cheap check: such rows take the slow way (conform at once)
+        return frozenset({bytes, _NONE})
+    return frozenset({_NONE})  # a dtype without a cheap check: such values take the slow way (conform at once)
 
 
-_KINDS: Mapping[str, Mapping[str, str | None]] = {
-    table: {name: _kind(dtype) for name, dtype in dtypes.items()} for table, dtypes in DTYPES.items()
+_NONE = type(None)
+_UNKNOWN: frozenset[type] = frozenset()  # a column the table does not have: no value fits
+_ACCEPTED: Mapping[str, Mapping[str, frozenset[type]]] = {
+    table: {name: _accepted(dtype) for name, dtype in dtypes.items()} for table, dtypes in DTYPES.items()
 }
 _REQUIRED: Mapping[str, frozenset[str]] = {
     table: frozenset(dtypes.names()) - NULLABLE[table] for table, dtypes in DTYPES.items()
@@ -186,26 +189,17 @@ def conformable(table: str, rows: Sequence[Mapping[str, Any]]) -> bool:
     value is None or of exactly the Python type the column's dtype takes without conversion (a str, an int in
     Int64's range, a float or such an int, a timezone-aware datetime). False only means "conform now": the
     exotic but valid (a numpy integer, a bool for an Int64) are conformed the slow way."""
-    kinds, required = _KINDS[table], _REQUIRED[table]
+    accepted, required = _ACCEPTED[table], _REQUIRED[table]
     for row in rows:
         if not row.keys() >= required:
             return False
-        for name, value in row.items():  # inline type tests: this runs for every value a group queues
-            if value is None:
-                continue
-            kind, kind_of_value = kinds.get(name), type(value)
-            if kind_of_value is str:
-                fits = kind == "text"
-            elif kind_of_value is int:
-                fits = (kind == "int" or kind == "float") and _INT64_MIN <= value < _INT64_END
-            elif kind_of_value is float:
-                fits = kind == "float"
-            elif kind_of_value is datetime:
-                fits = kind == "datetime" and value.tzinfo is not None
-            elif kind_of_value is bytes:
-                fits = kind == "bytes"
-            else:
-                fits = False
-            if not fits:
+        for name, value in row.items():  # one set lookup per value: this runs for every value a group queues
+            kind = type(value)
+            if kind not in accepted.get(name, _UNKNOWN):
+                return False
+            if kind is int:
+                if not _INT64_MIN <= value < _INT64_END:
+                    return False
+            elif kind is datetime and value.tzinfo is None:
                 return False
     return True
