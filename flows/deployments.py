@@ -10,7 +10,12 @@ from prefect.types.entrypoint import EntrypointType
 
 from flows.batch import apply_feedback_flow, resolve_batch_flow
 from flows.maintenance import compact_telemetry_flow, fit_energy_flow, fit_reflex_flow, rebuild_memory_flow
-from flows.review import deactivation_round_flow, differentiation_round_flow, promotion_round_flow
+from flows.review import (
+    SCHEDULED_DECISION_TIMEOUT,
+    deactivation_round_flow,
+    differentiation_round_flow,
+    promotion_round_flow,
+)
 
 EVERY_5_MINUTES = timedelta(minutes=5)
 HOURLY = timedelta(hours=1)
@@ -29,22 +34,28 @@ SCHEDULES: dict[str, tuple[Any, timedelta | str | None]] = {
     "deactivation-round": (deactivation_round_flow, WEEKLY),
     "differentiation-round": (differentiation_round_flow, WEEKLY),
 }
+REVIEW_ROUNDS = ("promotion-round", "deactivation-round", "differentiation-round")
 
 
-def build_deployments(task_file: Path, tickets: Path, verdicts: Path) -> list[Any]:
-    """The deployments, with parameters pointing at this task file and its queue files."""
+def build_deployments(
+    task_file: Path, tickets: Path, verdicts: Path, decision_timeout: int = SCHEDULED_DECISION_TIMEOUT
+) -> list[Any]:
+    """The deployments, with parameters pointing at this task file and its queue files. The review rounds pause
+    for decisions in the Prefect UI for up to ``decision_timeout`` seconds (a parameter of each deployment, so an
+    operator can change it per round in the UI), after which the undecided proposals stay deferred."""
     task = {"task_file": str(task_file.resolve())}
-    queues = {
+    own: dict[str, dict[str, Any]] = {  # each deployment's parameters besides the task file
         "resolve-batch": {"tickets": str(tickets.resolve()), "out": f"{tickets.resolve()}.results.jsonl"},
         "apply-feedback": {"verdicts": str(verdicts.resolve())},
     }
+    own |= {name: {"wait_for_decisions": True, "decision_timeout": decision_timeout} for name in REVIEW_ROUNDS}
     deployments = []
     for name, (flow, schedule) in SCHEDULES.items():
         timing = {"interval": schedule} if isinstance(schedule, timedelta) else {"cron": schedule} if schedule else {}
         deployments.append(
             flow.to_deployment(
                 name=name,
-                parameters={**task, **queues.get(name, {})},
+                parameters={**task, **own.get(name, {})},
                 # `flows.batch.resolve_batch_flow` rather than a file path relative to wherever `gil serve` was
                 # started: the runs import the installed package, from any directory.
                 entrypoint_type=EntrypointType.MODULE_PATH,
@@ -54,7 +65,9 @@ def build_deployments(task_file: Path, tickets: Path, verdicts: Path) -> list[An
     return deployments
 
 
-def serve_all(task_file: Path, tickets: Path, verdicts: Path) -> None:
+def serve_all(
+    task_file: Path, tickets: Path, verdicts: Path, decision_timeout: int = SCHEDULED_DECISION_TIMEOUT
+) -> None:
     """Register every deployment with the Prefect API and run them on their schedules (blocks).
 
     Missing queue files are created empty, so that the runs every 5 minutes find nothing to do instead of failing.
@@ -64,4 +77,4 @@ def serve_all(task_file: Path, tickets: Path, verdicts: Path) -> None:
     for queue in (tickets, verdicts):
         queue.parent.mkdir(parents=True, exist_ok=True)
         queue.touch(exist_ok=True)
-    serve(*build_deployments(task_file, tickets, verdicts))
+    serve(*build_deployments(task_file, tickets, verdicts, decision_timeout))
