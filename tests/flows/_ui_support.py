@@ -1,5 +1,6 @@
 """Helpers for the `gil ui` / `gil serve` tests: processes started as the user starts them, polling instead of
-sleeping, the listening sockets of a process tree, and headless Chromium (Debian's `chromium`)."""
+sleeping, the listening sockets of a process tree, and headless Chromium (Debian's `chromium`), one-shot or driven
+by Playwright."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import numpy as np
@@ -22,6 +23,18 @@ from matplotlib import image
 
 T = TypeVar("T")
 CHROMIUM = "/usr/bin/chromium"
+# Every host name but 127.0.0.1 resolves to nothing, so a page cannot reach beyond loopback.
+LOOPBACK_ONLY = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
+# What every headless Chromium here runs with: no GPU, no QUIC, no first-run, update or sync traffic, loopback only.
+QUIET_FLAGS = [
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    LOOPBACK_ONLY,
+]
 
 
 def free_port() -> int:
@@ -143,15 +156,9 @@ def chromium(url: str, screenshot: Path, *, budget_ms: int = 15000) -> str:
             shutil.which("chromium") or CHROMIUM,
             "--headless",
             "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
+            *QUIET_FLAGS,
             "--hide-scrollbars",
             "--force-device-scale-factor=1",
-            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
             f"--user-data-dir={profile}",
             "--window-size=1400,900",
             f"--virtual-time-budget={budget_ms}",
@@ -163,6 +170,24 @@ def chromium(url: str, screenshot: Path, *, budget_ms: int = 15000) -> str:
     if done.returncode != 0 or not screenshot.is_file():
         raise AssertionError(f"chromium failed ({done.returncode}) on {url}:\n{done.stderr.decode()[-2000:]}")
     return done.stdout.decode("utf-8", errors="replace")
+
+
+@contextlib.contextmanager
+def driven_chromium(width: int = 1280, height: int = 1600) -> Iterator[Any]:
+    """A Playwright page in Debian's headless Chromium (Playwright's own browser is never downloaded: the
+    executable is given), loopback only; the browser is closed on exit."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=shutil.which("chromium") or CHROMIUM,
+            headless=True,
+            args=QUIET_FLAGS,  # Playwright adds --headless, --no-sandbox and its own profile
+        )
+        try:
+            yield browser.new_page(viewport={"width": width, "height": height}, device_scale_factor=1)
+        finally:
+            browser.close()
 
 
 def drawn_share(png: Path) -> float:

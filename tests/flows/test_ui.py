@@ -1,6 +1,6 @@
 """`gil ui` and `gil serve` as a user runs them: a real `prefect server start` on loopback, every deployment
-registered with its schedule, a served run that publishes its stats artifact, and the UI rendered by headless
-Chromium showing both.
+registered with its schedule, a served run that publishes its stats artifact, the UI rendered by headless
+Chromium showing both, and a served promotion round decided in the UI's form by Chromium driven with Playwright.
 
 Set GIL_UI_SCREENSHOTS=DIR to keep the screenshots (the README's come from here: GIL_UI_SCREENSHOTS=docs).
 """
@@ -19,13 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from flows.deployments import SCHEDULES
+from flows.cli import app
+from flows.deployments import SCHEDULED_DECISION_TIMEOUT, SCHEDULES
+from gil_core.habits.review_log import Decision, ReviewLog
+from gil_core.telemetry import TelemetryStore
 from tests.flows._support import write_task_file
 from tests.flows._ui_support import (
     CHROMIUM,
     chromium,
     drawn_share,
+    driven_chromium,
     free_port,
     gil_command,
     healthy,
@@ -35,7 +40,8 @@ from tests.flows._ui_support import (
     running,
     wait_for,
 )
-from tests.resolver._support import Script, support_server
+from tests.flows.test_review_pause import EXPRESS, GIFT, RETURNS, resolve_and_confirm, runner
+from tests.resolver._support import ROOT, Script, support_server
 
 pytestmark = pytest.mark.slow
 
@@ -160,6 +166,9 @@ def test_gil_serve_registers_every_deployment_with_its_schedule(
 ) -> None:
     assert set(deployments) == set(EXPECTED_SCHEDULES)
     assert {name: schedule_of(deployment) for name, deployment in deployments.items()} == EXPECTED_SCHEDULES
+    for name in ("promotion-round", "deactivation-round", "differentiation-round"):  # scheduled rounds wait too
+        assert deployments[name].parameters["wait_for_decisions"] is True
+        assert deployments[name].parameters["decision_timeout"] == SCHEDULED_DECISION_TIMEOUT
     for name, deployment in deployments.items():
         flow = SCHEDULES[name][0]
         assert deployment.entrypoint == f"{flow.fn.__module__}.{flow.fn.__name__}"
@@ -225,3 +234,108 @@ def test_headless_chromium_shows_the_deployments_and_an_artifact(
         if target := os.environ.get("GIL_UI_SCREENSHOTS"):
             Path(target).mkdir(parents=True, exist_ok=True)
             shutil.copy(png, Path(target) / png.name)
+
+
+@dataclass
+class PausedReview:
+    run_id: Any
+    task: Path
+    root: Path
+    items: dict[str, str]  # answer text → proposal id
+
+
+@pytest.fixture(scope="module")
+def paused_review(prefect_ui: PrefectUI, deployments: dict[str, Any]) -> PausedReview:
+    """The promotion-round deployment run by `gil serve` (waiting for decisions, as scheduled rounds do) on a task
+    file with three confirmed recurring answers, once the run is paused with its form."""
+    from prefect.deployments import run_deployment
+
+    root = prefect_ui.logs / "review"
+    root.mkdir()
+    tree_file = root / "support.yaml"
+    shutil.copy(ROOT / "ontologies" / "support.yaml", tree_file)
+    task = resolve_and_confirm(root, tree_file, (EXPRESS, GIFT, RETURNS))
+    parameters = {"task_file": str(task), "decision_timeout": 900, "poll_seconds": 1}
+    with prefect_client(prefect_ui.api_url) as client:
+        run = run_deployment("promotion-round/promotion-round", parameters=parameters, timeout=0)
+
+        def paused() -> Any | None:
+            state = client.read_flow_run(run.id).state
+            assert state is not None and not state.is_final(), f"{state}\n{log_tail(prefect_ui.logs / 'serve.log')}"
+            return state if state.is_paused() else None
+
+        wait_for(
+            paused, "the promotion round's pause", STARTUP_SECONDS, prefect_ui.serve, prefect_ui.logs / "serve.log"
+        )
+    listed = yaml.safe_load((root / "reviews" / "support-promotion.yaml").read_text(encoding="utf-8"))
+    return PausedReview(run.id, task, root, {item["text"]: item["id"] for item in listed["items"]})
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(os.environ.get("GIL_SKIP_BROWSER") == "1", reason="GIL_SKIP_BROWSER=1")
+@pytest.mark.filterwarnings("ignore::gil_core.ontology.TreeLintWarning")  # the promoted habit's description
+def test_a_served_review_round_is_decided_in_the_browser(
+    prefect_ui: PrefectUI, paused_review: PausedReview, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    accept, reject, defer = (paused_review.items[text] for text in (EXPRESS, GIFT, RETURNS))
+    answers = {accept: ("accepted", "customers ask every day"), reject: ("rejected", "seasonal")}
+    png = tmp_path / "prefect-ui-review.png"
+    with driven_chromium(1280, 2100) as page:  # tall enough for the whole dialog
+        page.set_default_timeout(60_000)  # a busy 2-core machine renders the first page slowly
+        # The UI `gil ui` opens at /: the form's markdown description is drawn in full there (v1's dialog squeezes
+        # it to a sliver once the form is taller than the dialog).
+        page.goto(f"{prefect_ui.url}/v2/runs/flow-run/{paused_review.run_id}")
+        page.get_by_role("button", name="Open menu").first.click()
+        page.get_by_role("menuitem", name="Resume").click()
+        dialog = page.get_by_role("dialog", name="Resume Flow Run")
+        for item in (accept, reject, defer):  # above the form: every proposal with its evidence
+            expect(dialog).to_contain_text(item)
+        expect(dialog).to_contain_text("4 of 4 generated requests (100%, 95% interval 51%–100%)")
+        for item in (accept, reject, defer):
+            row = dialog.locator(f"xpath=.//label[normalize-space()='{item} (Optional)']/../../..")
+            expect(row.get_by_role("button", name="Select Decision")).to_have_text("deferred")  # the default
+            if item in answers:
+                decision, reason = answers[item]
+                row.get_by_role("button", name="Select Decision").click()
+                page.get_by_role("option", name=decision, exact=True).click()
+                expect(row.get_by_role("button", name="Select Decision")).to_have_text(decision)
+                row.locator("textarea").fill(reason)
+        # The screenshot shows the whole form, the proposals' evidence above it: every scrolled box back at its top.
+        dialog.evaluate("box => [box, ...box.querySelectorAll('*')].forEach(element => { element.scrollTop = 0 })")
+        page.screenshot(path=str(png))
+        dialog.get_by_role("button", name="Resume", exact=True).click()
+        expect(dialog).to_be_hidden()
+    assert drawn_share(png) > 0.02, f"{png} is nearly blank"
+    if target := os.environ.get("GIL_UI_SCREENSHOTS"):
+        Path(target).mkdir(parents=True, exist_ok=True)
+        shutil.copy(png, Path(target) / png.name)
+
+    with prefect_client(prefect_ui.api_url) as client:
+
+        def finished() -> Any | None:
+            state = client.read_flow_run(paused_review.run_id).state
+            return state if state is not None and state.is_final() else None
+
+        state = wait_for(
+            finished, "the resumed round", STARTUP_SECONDS, prefect_ui.serve, prefect_ui.logs / "serve.log"
+        )
+    assert state.is_completed(), f"{state}\n{log_tail(prefect_ui.logs / 'serve.log')}"
+    # What `gil review` reads: the review log, each row as the form said, the untouched one deferred.
+    decisions = ReviewLog(TelemetryStore(paused_review.root / "store")).decisions("support", "promotion")
+    assert {item: (entry.decision, entry.note) for item, entry in decisions.items()} == {
+        accept: (Decision.ACCEPTED, "customers ask every day"),
+        reject: (Decision.REJECTED, "seasonal"),
+        defer: (Decision.DEFERRED, None),
+    }
+    new_tree = paused_review.root / "support.v2.yaml"
+    assert new_tree.is_file()
+
+    # The next round, once the task file names the new tree (as the decisions artifact says to do), reads the
+    # decisions back: the accepted answer is a habit now, the rejected one is not asked again, the deferred one is.
+    data = yaml.safe_load(paused_review.task.read_text(encoding="utf-8"))
+    paused_review.task.write_text(yaml.safe_dump({**data, "tree": str(new_tree)}, sort_keys=False), encoding="utf-8")
+    result = runner.invoke(app, ["review", "promote", "-t", str(paused_review.task), "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert [item["id"] for item in json.loads(result.stdout)["items"]] == [defer]
