@@ -554,6 +554,48 @@ def decide(
     )
 
 
+@review_app.command("queue")
+def queue_command(
+    task_file_path: TaskFileOption = None,
+    size: Annotated[int, typer.Option("--size", help="Answers in the queue.")] = 20,
+    random_share: Annotated[
+        float,
+        typer.Option(
+            "--random-share",
+            help="Share of the queue drawn uniformly at random from all unconfirmed answers: the verdicts the "
+            "learned judge's rules read precision from.",
+        ),
+    ] = 0.3,
+    as_json: JsonOption = False,
+) -> None:
+    """Ask for the verdicts that would teach the learned judge most: unconfirmed answers where it is least sure,
+    requests far from anything confirmed, nodes close to being proven or withdrawn; a share drawn at random.
+    Prints the queue and records it as issued (an answer is asked about once). Answer it with `gil feedback`."""
+    from gil_core.learned.queue import issue_task_queue
+
+    loaded = task_file(task_file_path)
+    if size < 1:
+        raise fail(f"--size: at least 1, got {size}")
+    if not 0.0 <= random_share <= 1.0:
+        raise fail(f"--random-share: a share between 0 and 1, got {random_share}")
+    queue = run(issue_task_queue(loaded, size=size, random_share=random_share))
+    data = queue.to_json()
+
+    def render() -> None:
+        table = Table(title=f"feedback queue for {queue.task}: {len(queue.items)} of {queue.eligible} unconfirmed")
+        for column in ("trace", "request", "answer", "chosen", "why", "score"):
+            table.add_column(column, justify="right" if column == "score" else "left", overflow="fold")
+        for item in queue.items:
+            why = item.teaching.why if item.chosen_by == "queue" else f"random share ({item.teaching.why})"
+            table.add_row(
+                item.trace_id, item.request, item.answer or "—", item.chosen_by, why, f"{item.teaching.score:.3f}"
+            )
+        console.print(table)
+        console.print(f"recorded as issued (queue {queue.queue_id})" if queue.items else "nothing to ask about")
+
+    emit(data, as_json, render)
+
+
 UI_HOST, UI_PORT = "127.0.0.1", 4200
 
 

@@ -35,6 +35,10 @@
     waiting for proof would mean asking a judge that is worse.
   The rule with the lower cut applies (proven on a tie). A node that served before and meets neither is
   *withdrawn* until a refit restores it; one that never served is *learning*.
+* **Whose verdicts are evidence.** The rules (and the coverage and left-out-category checks) read only the
+  predictions whose verdicts the feedback queue did not choose by its score (its random share and unsolicited
+  verdicts, ``Logged.chosen_by``): the queue asks about the requests the judge is least sure of, so precision
+  read from those would be biased low. Every confirmed request is a training row whichever way it was chosen.
 """
 
 from __future__ import annotations
@@ -209,6 +213,7 @@ def fit_state(
             evidence="node",
             report={"rows": len(rows.rows), "priors": len(prior_y), "classes": k, "rows_digest": digest},
         )
+    evidence = [item for item in log.logged if item.chosen_by != "queue"]  # module doc, "Whose verdicts"
     layers = {model.node_id: _group(tree, model) for model in fitted.values()}
     cuts = _novelty_cuts(calibration, fitted, layers, policy)
     nodes: dict[str, NodeModel] = {}
@@ -219,13 +224,13 @@ def fit_state(
         judged = _with_rule(
             model,
             novelty_cuts=cuts[node_id],
-            logged=_evidence(node_id, log.logged, layers, fitted, policy),
+            logged=_evidence(node_id, evidence, layers, fitted, policy),
             threshold=threshold(tree.node(node_id), model.layer),
             target=target,
             policy=policy,
             previous=previous.nodes.get(node_id) if previous is not None else None,
         )
-        nodes[node_id] = _with_unseen(judged, unseen if node_id == tree.root.id else None, log.logged, policy)
+        nodes[node_id] = _with_unseen(judged, unseen if node_id == tree.root.id else None, evidence, policy)
         measured = judged.report.get("precision")
         reached[node_id] = float(measured) if judged.serving and measured is not None else target
     return LearnedState(

@@ -7,13 +7,17 @@ habit trace's own option) or the contract's "none of these". A later verdict on 
 earlier one (the store keeps the last row per trace), so an answer marked wrong afterwards is withdrawn, and a
 correction confirms the corrected answer. Answers that name no tree answer (shadows, free text) teach nothing
 here. Do-not-record traces keep no text and no vector, so they are never read.
+
+Each confirmed request, and each prediction scored by its verdict, says how its trace was chosen for a verdict
+(``chosen_by``: by the feedback queue's score, by its random share, or "unsolicited", in no issued queue; see
+``learned.queue``): the serving rules read precision only from verdicts the queue did not choose.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -21,6 +25,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from gil_core.habits.attribution import AnswerIndex
+from gil_core.learned.queue import ChosenBy, read_chosen_by
 from gil_core.memory.guard import has_negation
 from gil_core.ontology.model import Tree
 from gil_core.telemetry import TelemetryStore
@@ -38,6 +43,7 @@ class Confirmed:
     order: int
     option: str | None
     negated: bool = False  # the request negates ("don't", "not", "안 돼"…)
+    chosen_by: ChosenBy = "unsolicited"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +60,7 @@ class Logged:
     near: float | None
     llm_right: bool | None
     rows: int = 0  # the confirmed rows of the model that made the prediction (0: unknown)
+    chosen_by: ChosenBy = "unsolicited"  # how the verdict's trace was chosen (module doc)
 
     @property
     def right(self) -> bool:
@@ -112,8 +119,8 @@ def confirmed_path(tree: Tree, option: str | None) -> list[str]:
 
 
 def read_learned_log(store: TelemetryStore, task: str, tree: Tree, *, none_text: str, embedder: str) -> LearnedLog:
-    """Read ``task``'s verdicts, their requests' vectors from ``embedder`` and the predictions logged in their
-    walks (see the module doc)."""
+    """Read ``task``'s verdicts, their requests' vectors from ``embedder``, the predictions logged in their walks
+    and how each trace was chosen (see the module doc)."""
     traces = (
         _verdicts(store, task)
         .select(
@@ -133,6 +140,7 @@ def read_learned_log(store: TelemetryStore, task: str, tree: Tree, *, none_text:
     digest = _digest(traces)
     answers = AnswerIndex(tree)
     options = {option.id for option, _ in tree.options()}
+    chosen = read_chosen_by(store, task)
     confirmed: list[Confirmed] = []
     logged: list[Logged] = []
     for order, row in enumerate(traces.iter_rows(named=True)):
@@ -141,8 +149,9 @@ def read_learned_log(store: TelemetryStore, task: str, tree: Tree, *, none_text:
         known, option = _confirmed_option(row, answers, options, none_text)
         if not known:
             continue
-        confirmed.append(Confirmed(row["trace_id"], order, option, has_negation(row["state"])))
-        logged.extend(_scored(tree, row["path"], order, option))
+        how = chosen.get(row["trace_id"], "unsolicited")
+        confirmed.append(Confirmed(row["trace_id"], order, option, has_negation(row["state"]), how))
+        logged.extend(replace(item, chosen_by=how) for item in _scored(tree, row["path"], order, option))
     with_vectors, vectors = _vectors(store, task, embedder, confirmed)
     return LearnedLog(tuple(with_vectors), vectors, tuple(logged), digest)
 

@@ -1,0 +1,86 @@
+"""``gil review queue``: the feedback queue printed for programs (``--json``) and for people, recorded as issued,
+read back by the learned judge's log per verdict."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from flows.cli import app
+from gil_core.batch import Ticket, resolve_batch
+from gil_core.learned import read_chosen_by
+from gil_core.llm import OpenAICompatibleChatModel
+from gil_core.resolver import Resolver
+from gil_core.taskfile import load_task_file
+from gil_core.telemetry import TelemetryStore
+from tests.flows._support import write_task_file
+from tests.learned._support import bad_model, embedder, run_with_feedback, support_stream
+
+runner = CliRunner()
+
+
+def _store_with_unconfirmed(tmp_path: Path, base_url: str) -> Path:
+    """A task file whose store holds 40 confirmed support tickets and 20 answered without a verdict."""
+    path = write_task_file(tmp_path, base_url, memory_threshold=None, embedding_model="local",
+                           learned_reflex={"precision": 0.95})  # fmt: skip
+    task = load_task_file(path).task
+    stream = support_stream()
+
+    async def prepare() -> None:
+        async with OpenAICompatibleChatModel(base_url, "scripted") as chat:
+            resolver = Resolver(chat, TelemetryStore(tmp_path / "store"), reflex_embedder=embedder())
+            await run_with_feedback(resolver, task, stream[:40])
+            await resolve_batch(resolver, task, [Ticket(e.id, e.text) for e in stream[40:60]])
+
+    asyncio.run(prepare())
+    return path
+
+
+def test_queue_cli_prints_json_and_records_the_queue_as_issued(tmp_path: Path) -> None:
+    with bad_model() as server:
+        path = _store_with_unconfirmed(tmp_path, server.base_url)
+        result = runner.invoke(app, ["review", "queue", "-t", str(path), "--size", "5", "--json"])
+        assert result.exit_code == 0, result.output
+        queue = json.loads(result.stdout)
+        assert queue["task"] == "support" and queue["random_share"] == 0.3
+        items = queue["items"]
+        assert Counter(item["chosen_by"] for item in items) == {"queue": 3, "random": 2}  # round(5 × 0.3) = 2
+        assert {"trace_id", "request", "answer", "why", "score", "chance"} <= set(items[0])
+        scores = [item["score"] for item in items if item["chosen_by"] == "queue"]
+        assert scores == sorted(scores, reverse=True)
+        chosen = read_chosen_by(TelemetryStore(tmp_path / "store"), "support")
+        assert chosen == {item["trace_id"]: item["chosen_by"] for item in items}
+        shown = runner.invoke(app, ["review", "queue", "-t", str(path), "--size", "3", "--random-share", "0"])
+        assert shown.exit_code == 0, shown.output
+        assert "feedback queue for support" in shown.stdout and "recorded as issued" in shown.stdout
+        again = runner.invoke(app, ["review", "queue", "-t", str(path), "--size", "50", "--json"])
+        later = json.loads(again.stdout)
+        assert not {item["trace_id"] for item in later["items"]} & set(chosen)  # asked about once
+        refused = runner.invoke(app, ["review", "queue", "-t", str(path), "--random-share", "1.5"])
+        assert refused.exit_code == 2 and "--random-share" in refused.output
+
+
+def test_queue_flow_publishes_the_queue_as_a_table_artifact(tmp_path: Path, prefect_harness: None) -> None:
+    from prefect.client.orchestration import get_client
+
+    from flows.queue import feedback_queue_flow
+
+    async def published() -> tuple[dict[str, Any], list[Any]]:
+        queue = await feedback_queue_flow(str(path), size=4, random_share=0.5)
+        async with get_client() as client:
+            return queue, await client.read_artifacts()
+
+    with bad_model() as server:
+        path = _store_with_unconfirmed(tmp_path, server.base_url)
+        queue, artifacts = asyncio.run(published())
+    assert Counter(item["chosen_by"] for item in queue["items"]) == {"queue": 2, "random": 2}
+    (table,) = [artifact for artifact in artifacts if artifact.key == "support-feedback-queue"]
+    assert table.type == "table"
+    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+    assert [row["trace_id"] for row in rows] == [item["trace_id"] for item in queue["items"]]
+    assert read_chosen_by(TelemetryStore(tmp_path / "store"), "support").keys() == {r["trace_id"] for r in rows}
