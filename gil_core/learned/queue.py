@@ -19,11 +19,12 @@ predicts; without a stored vector, the predictions its trace logged). Three figu
   withdrawn (a serving one): 1 − |lower bound − target| / ``RULE_SPREAD`` at the node where that is largest,
   from the state's report (0 where it has none).
 
-``score`` = the ``QueueWeights``-weighted sum. A queue of ``size`` first draws ``round(size × random_share)``
-traces uniformly at random from all eligible ones (``chosen_by = "random"``), then fills the rest with the
-highest scores among the others (``"queue"``). Each item records its chance of having been chosen that way:
-``r / N`` for the random share (r drawn out of N eligible); for a queue item the chance that the random draw
-left it out and left fewer than its queue slots' worth of higher-scored traces (hypergeometric).
+``score`` = the ``QueueWeights``-weighted sum (by default 0.9 × uncertainty + 0.1 × rule). A queue of ``size``
+first draws ``round(size × random_share)`` traces uniformly at random from all eligible ones
+(``chosen_by = "random"``), then fills the rest with the highest scores among the others (``"queue"``). Each item
+records its chance of having been chosen that way: ``r / N`` for the random share (r drawn out of N eligible); for
+a queue item the chance that the random draw left it out and left fewer than its queue slots' worth of
+higher-scored traces (hypergeometric).
 
 **Why the random share.** Queue-chosen verdicts are, by design, on the requests the judge is least sure of:
 precision read from them would be biased low (and drift with the queue's settings). The serving rules read only
@@ -89,11 +90,14 @@ RULE_SPREAD = 0.1  # precision: from the node's target to "nowhere near changing
 
 @dataclass(frozen=True, slots=True)
 class QueueWeights:
-    """How much each figure weighs in the score (module doc)."""
+    """How much each figure weighs in the score (module doc). The defaults were chosen on the feedback-queue
+    benchmark's tuning runs (BENCHMARKS.md, "Feedback queue"): the margin taught the learned judge most; the
+    request's distance from anything confirmed, weighed in, taught it less than the margin alone (its novelty is
+    still computed and shown, and may be weighed in by a caller)."""
 
-    uncertainty: float = 0.5
-    novelty: float = 0.3
-    rule: float = 0.2
+    uncertainty: float = 0.9
+    novelty: float = 0.0
+    rule: float = 0.1
 
 
 @dataclass(frozen=True)
