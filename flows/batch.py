@@ -11,6 +11,7 @@ from typing import Any
 from prefect import State, flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.concurrency.asyncio import concurrency as hold_slots
+from prefect.runtime import flow_run
 from prefect.settings import PREFECT_API_URL
 from prefect.states import Completed
 
@@ -32,6 +33,7 @@ from gil_core.batch import (
     write_results,
 )
 from gil_core.batch_lock import WAIT_SECONDS, hold_batch_turn_async, skipped_batch
+from gil_core.batch_scope import new_batch_id
 from gil_core.reporting import decider_table, stats_markdown, stats_table
 from gil_core.runtime import open_runtime
 from gil_core.taskfile import load_task_file
@@ -106,11 +108,14 @@ async def resolve_chunk(
     limits: list[str],
     processes: int,
     progress_id: str | None = None,
+    batch_id: str | None = None,
+    flow_run_id: str | None = None,
 ) -> BatchReport:
     """Resolve one chunk in this process, with its own runtime (models, memory and store opened here from the
     task file's paths and URLs). While it runs the chunk holds ``in_flight`` slots of each model server's global
     concurrency limit, and resolves at most that many tickets at once. ``progress_id``: the flow's progress
-    artifact, advanced ticket by ticket when the chunk runs in the flow's process (``flows._progress``)."""
+    artifact, advanced ticket by ticket when the chunk runs in the flow's process (``flows._progress``);
+    ``batch_id`` and ``flow_run_id``: what every chunk's traces record (``gil_core.batch_scope``)."""
     logger = get_run_logger()
     loaded = share_client_budget(load_task_file(task_file), processes)
     step = max(1, len(tickets) // 4)
@@ -126,7 +131,15 @@ async def resolve_chunk(
             logger.info("chunk: %d/%d tickets", done, total)
 
     async with held_slots(limits, in_flight), open_runtime(loaded) as runtime:
-        report = await resolve_batch(runtime.resolver, loaded.task, tickets, concurrency=in_flight, progress=progress)
+        report = await resolve_batch(
+            runtime.resolver,
+            loaded.task,
+            tickets,
+            concurrency=in_flight,
+            progress=progress,
+            batch_id=batch_id,
+            flow_run_id=flow_run_id,
+        )
     for item in report.failed:
         logger.warning("ticket failed: %s", item)
     report.trace_ids = {}  # the flow derives them; sent back, they would carry the chunk's tickets with them
@@ -287,6 +300,8 @@ async def _resolve_batch(
                 "limits": limits,
                 "processes": parallel,
                 "progress_id": str(progress.artifact_id) if here else None,
+                "batch_id": new_batch_id(),  # one batch, however many chunks
+                "flow_run_id": flow_run.id,
             }
             chunks = pending_chunks(
                 TelemetryStore(loaded.store), loaded.task.name, valid_tickets(path, max_line_bytes), sizes

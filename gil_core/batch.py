@@ -35,6 +35,7 @@ from gil_core._ticket_files import (
     read_tickets,
     read_verdicts,
 )
+from gil_core.batch_scope import batch_scope, new_batch_id
 from gil_core.errors import ConfigurationError, GilError, SchemaViolationError, TelemetryError, UnknownTraceError
 from gil_core.habits.attribution import habit_for_text
 from gil_core.resolver import Resolver
@@ -89,6 +90,7 @@ class BatchReport:
     failed: list[BadInput] = field(default_factory=list)
     trace_ids: Mapping[str, str] = field(default_factory=dict)
     tickets: int | None = None  # None: as many as ``trace_ids`` holds
+    batch_id: str | None = None  # what the batch's traces record (``gil_core.batch_scope``)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,6 +98,7 @@ class BatchReport:
             "skipped": self.skipped,
             "failed": [str(item) for item in self.failed],
             "tickets": len(self.trace_ids) if self.tickets is None else self.tickets,
+            **({"batch_id": self.batch_id} if self.batch_id is not None else {}),
         }
 
     @classmethod
@@ -109,6 +112,7 @@ class BatchReport:
             total.failed += report.failed
             total.tickets = (total.tickets or 0) + (report.to_json()["tickets"])
             parts.append(report.trace_ids)
+            total.batch_id = total.batch_id or report.batch_id  # a flow's chunks share the batch's id
         total.trace_ids = _TraceIds.joined(parts)
         return total
 
@@ -177,8 +181,13 @@ async def resolve_batch(
     commit_delay_s: float | None = 0.2,
     total: int | None = None,
     window: int = WINDOW,
+    batch_id: str | None = None,
+    flow_run_id: str | None = None,
 ) -> BatchReport:
     """Resolve every ticket that has no trace yet, at most ``concurrency`` at a time.
+
+    The traces record the batch (``gil_core.batch_scope``): ``batch_id`` when given (a flow that resolves one
+    batch in chunks gives each chunk its own), else a new one, which the report holds; and ``flow_run_id``.
 
     ``tickets`` may be a stream (``iter_tickets``): the batch takes ``window`` tickets at a time, asks the store
     which of them have a trace already, and resolves the others, so it holds one window of tickets (and the
@@ -195,8 +204,28 @@ async def resolve_batch(
     """
     if window < 1:
         raise ConfigurationError(f"window must be ≥ 1, got {window}")
+    batch_id = batch_id or new_batch_id()
+    with batch_scope(batch_id, flow_run_id):
+        return await _resolve_batch(
+            resolver, task, tickets, concurrency, progress, commit_rows, commit_delay_s, total, window, batch_id
+        )
+
+
+async def _resolve_batch(
+    resolver: Resolver,
+    task: TaskDefinition,
+    tickets: Iterable[Ticket],
+    concurrency: int,
+    progress: Progress | None,
+    commit_rows: int | None,
+    commit_delay_s: float | None,
+    total: int | None,
+    window: int,
+    batch_id: str,
+) -> BatchReport:
     given = tickets if isinstance(tickets, Sequence) else None
     report = BatchReport(trace_ids=_TraceIds(task.name, [given]) if given is not None else {}, tickets=0)
+    report.batch_id = batch_id
     if total is None and given is not None:
         total = len(given)
     # The learned judge meets the batch current: refit after feedback, or picked up from another process.

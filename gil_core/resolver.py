@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from gil_core.batch_scope import current_batch
 from gil_core.client import build_chat_stack
 from gil_core.diagnostics import Diagnostics, MemoryOutcome, default_diagnostics
 from gil_core.errors import ConfigurationError, GilError, MemoryUnavailableError, ModelError, UnknownTraceError
@@ -187,7 +188,7 @@ class Resolver:
             label=outcome.habit,
             recall=outcome.recall.to_json() if outcome.recall is not None else None,
             failure=outcome.failure,
-            extra={"decider": _decider(outcome.mode, steps)},
+            extra={"decider": _decider(outcome.mode, steps), **_batch_columns()},
         )
         counters = walk_rows(task.name, steps, outcome.deltas, trace.created_at)
         if task.policy.learned is not None and not private and self._learner is not None:
@@ -720,6 +721,17 @@ def _step_from_json(item: Mapping[str, Any]) -> Step:
 
 
 _GENERATED = frozenset({"fallback", "partial", "habit/procedure"})
+
+
+def _batch_columns() -> dict[str, str]:
+    """The batch the request belongs to, for its trace (nothing outside a batch)."""
+    scope = current_batch()
+    if scope is None:
+        return {}
+    columns = {"batch_id": scope.batch_id}
+    if scope.flow_run_id is not None:
+        columns["flow_run_id"] = scope.flow_run_id
+    return columns
 
 
 def _decider(mode: str, steps: Sequence[Step]) -> str:

@@ -122,6 +122,8 @@ class TracesSchema(_Table):
     failure: str = pa.Field(nullable=True)
     # Gil's own columns (not the reference's; see GIL_COLUMNS):
     decider: str = pa.Field(nullable=True, isin=DECIDERS)
+    batch_id: str = pa.Field(nullable=True)  # the resolve_batch call it came from (gil_core.batch_scope)
+    flow_run_id: str = pa.Field(nullable=True)  # the orchestrator's run of that batch, when there is one
 
     class Config:
         name = "traces"
@@ -316,7 +318,7 @@ TABLES: Mapping[str, type[pa.DataFrameModel]] = {
 REFERENCE_TABLES: tuple[str, ...] = tuple(name for name in TABLES if name != "vectors")
 """The reference's tables: the SQLite layout (``gil_core.telemetry.sqlite``) holds exactly these."""
 
-GIL_COLUMNS: Mapping[str, tuple[str, ...]] = {"traces": ("decider",)}
+GIL_COLUMNS: Mapping[str, tuple[str, ...]] = {"traces": ("decider", "batch_id", "flow_run_id")}
 """Columns Gil added at the end of a reference table: stored and read, but not part of the SQLite layout."""
 
 COLUMNS: Mapping[str, tuple[str, ...]] = {name: tuple(model.to_schema().columns) for name, model in TABLES.items()}

@@ -1,5 +1,6 @@
 """Progress artifacts (flows/_progress.py) against a real Prefect engine: updates are throttled on the clock given,
-the last one is always sent, work counted from many threads adds up, and a batch ends its artifact at 100%."""
+the last one is always sent, work counted from many threads adds up, and a batch ends its artifact at 100%
+(its traces recording the batch and the flow run)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gil_core.telemetry import TelemetryStore
 from gil_core.testing import ManualClock
 from tests.flows._support import write_task_file
 from tests.resolver._support import Script, support_server
@@ -86,6 +88,9 @@ async def test_progress_of_a_batch_ends_at_one_hundred_on_its_flow_run(tmp_path:
     assert artifact.type == "progress" and float(artifact.data) == 100.0  # type: ignore[arg-type]
     assert run.name and "12 tickets" in (artifact.description or "")
     assert progress_of(str(artifact.id)) is None  # the run let go of it
+    traces = TelemetryStore(tmp_path / "store").read("traces")
+    assert traces["batch_id"].n_unique() == 1 and traces["batch_id"][0] == report["batch_id"]  # one batch
+    assert set(traces["flow_run_id"]) == {str(run.id)}
 
 
 @pytest.mark.usefixtures("prefect_harness")
