@@ -16,8 +16,10 @@ a cut is the share of those pairs at or above the cut that agree. The cut then f
 * otherwise the configured cut stays (``configured``): the log neither proves a lower one nor shows it wrong.
 
 Only confirmed answers the learned judge learns (tree answers and "none of these") are read, so pairs whose
-answer is a shadow or free text are not counted. A task with ``memory_verify`` keeps its configured cuts: the
-verify band has its own per-entry evidence.
+answer is a shadow or free text are not counted; and, like the learned judge's rules, precision is read only
+from verdicts the feedback queue did not choose (``learned.queue``: its random share and unsolicited verdicts),
+each compared with its nearest earlier confirmed request whatever chose that one. A task with
+``memory_verify`` keeps its configured cuts: the verify band has its own per-entry evidence.
 """
 
 from __future__ import annotations
@@ -109,7 +111,8 @@ def fit_memory_cut(log: LearnedLog, *, configured: float, precision: float, min_
     """The cut the log supports (module doc)."""
     vectors, options = log.vectors, [item.option for item in log.confirmed]
     nearest = nearest_earlier(vectors, window) if len(vectors) > 1 else np.full(len(vectors), -1, dtype=np.int64)
-    rows = np.flatnonzero(nearest >= 0)
+    fair = np.asarray([item.chosen_by != "queue" for item in log.confirmed], dtype=bool)
+    rows = np.flatnonzero((nearest >= 0) & fair)  # precision from verdicts the feedback queue did not choose
     if not len(rows):
         return MemoryCut("configured", configured, configured, 0, 0, 0)
     similarity = np.einsum("ij,ij->i", vectors[rows], vectors[nearest[rows]]).astype(np.float64)

@@ -5,6 +5,7 @@ supports is a miss."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,14 @@ def test_learned_memory_cut_stays_as_configured_when_the_log_does_not_show_it_sh
 def test_learned_memory_cut_is_off_when_no_cut_reaches_the_precision() -> None:
     off = cut_of(pairs_log([(0.92, 80, 20), (0.99, 24, 6)]))
     assert off.rule == "off" and off.cut is None and not off.serves(1.0)
+
+
+def test_learned_memory_cut_reads_precision_only_from_verdicts_the_queue_did_not_choose() -> None:
+    log = pairs_log([(0.92, 80, 20), (0.97, 100, 0)])
+    wrong_ones = {f"t{2 * pair + 1}" for pair in range(80, 100)}  # the second of each disagreeing pair
+    queued = tuple(replace(item, chosen_by="queue") if item.trace_id in wrong_ones else item for item in log.confirmed)
+    found = cut_of(replace(log, confirmed=queued))
+    assert found.rule == "configured" and (found.support, found.right) == (180, 180)
 
 
 def test_learned_memory_cut_reads_only_the_latest_window() -> None:
