@@ -705,6 +705,14 @@ def serve(
     api_url: Annotated[
         str, typer.Option(help="Prefect API of the `gil ui` server.")
     ] = f"http://{UI_HOST}:{UI_PORT}/api",
+    decision_timeout: Annotated[
+        int | None,
+        typer.Option(
+            min=60,
+            help="Seconds a scheduled review round waits for decisions in the UI before the undecided proposals"
+            " stay deferred (default: six days; each deployment's parameter can be changed in the UI).",
+        ),
+    ] = None,
 ) -> None:
     """Register every flow as a deployment with its default schedule against `gil ui`, and run them."""
     _prefect_environment(api_url)
@@ -713,7 +721,8 @@ def serve(
     _require_prefect_api(api_url)
     from flows.deployments import serve_all
 
-    guarded(lambda: serve_all(chosen, tickets, verdicts))
+    timeout = {"decision_timeout": decision_timeout} if decision_timeout is not None else {}
+    guarded(lambda: serve_all(chosen, tickets, verdicts, **timeout))
 
 
 def _require_prefect_api(api_url: str) -> None:

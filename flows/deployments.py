@@ -10,6 +10,7 @@ from prefect.types.entrypoint import EntrypointType
 
 from flows.batch import apply_feedback_flow, resolve_batch_flow
 from flows.maintenance import compact_telemetry_flow, fit_energy_flow, fit_reflex_flow, rebuild_memory_flow
+from flows.queue import feedback_queue_flow
 from flows.review import (
     SCHEDULED_DECISION_TIMEOUT,
     deactivation_round_flow,
@@ -33,6 +34,7 @@ SCHEDULES: dict[str, tuple[Any, timedelta | str | None]] = {
     "promotion-round": (promotion_round_flow, WEEKLY),
     "deactivation-round": (deactivation_round_flow, WEEKLY),
     "differentiation-round": (differentiation_round_flow, WEEKLY),
+    "feedback-queue": (feedback_queue_flow, NIGHTLY),
 }
 REVIEW_ROUNDS = ("promotion-round", "deactivation-round", "differentiation-round")
 

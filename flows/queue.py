@@ -36,7 +36,11 @@ def queue_rows(queue: dict[str, Any]) -> list[dict[str, Any]]:
 async def issue_queue_task(task_file: str, size: int, random_share: float) -> dict[str, Any]:
     """Rank the task's unconfirmed answers by its learned judge's current state and record the queue as issued.
     No retries: a queue written and then retried would be issued twice."""
-    queue = await issue_task_queue(load_task_file(task_file), size=size, random_share=random_share)
+    loaded = load_task_file(task_file)
+    if loaded.task.policy.learned is None:  # nothing ranks its answers: the nightly run says so and ends
+        get_run_logger().info("task %r has no learned_reflex: no feedback queue", loaded.task.name)
+        return {"task": loaded.task.name, "queue_id": None, "eligible": 0, "items": []}
+    queue = await issue_task_queue(loaded, size=size, random_share=random_share)
     return queue.to_json()
 
 

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
@@ -84,3 +85,13 @@ def test_queue_flow_publishes_the_queue_as_a_table_artifact(tmp_path: Path, pref
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     assert [row["trace_id"] for row in rows] == [item["trace_id"] for item in queue["items"]]
     assert read_chosen_by(TelemetryStore(tmp_path / "store"), "support").keys() == {r["trace_id"] for r in rows}
+
+
+@pytest.mark.usefixtures("prefect_harness")
+async def test_queue_flow_of_a_task_without_a_learned_reflex_issues_nothing_and_says_why(tmp_path: Path) -> None:
+    from flows.queue import feedback_queue_flow
+
+    path = write_task_file(tmp_path, "http://127.0.0.1:9/v1")  # no learned_reflex: no model is ever asked
+    queue = await feedback_queue_flow(str(path))
+    assert queue["items"] == [] and queue["queue_id"] is None
+    assert not (tmp_path / "store" / "queue").exists()  # nothing recorded as issued

@@ -70,6 +70,7 @@ EXPECTED_SCHEDULES = {
     "promotion-round": ("cron", "0 6 * * 1"),
     "deactivation-round": ("cron", "0 6 * * 1"),
     "differentiation-round": ("cron", "0 6 * * 1"),
+    "feedback-queue": ("cron", "0 3 * * *"),
 }
 
 
