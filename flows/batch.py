@@ -34,10 +34,12 @@ from gil_core.batch import (
 )
 from gil_core.batch_lock import WAIT_SECONDS, hold_batch_turn_async, skipped_batch
 from gil_core.batch_scope import new_batch_id
-from gil_core.reporting import decider_table, stats_markdown, stats_table
+from gil_core.reporting import decider_table, savings_markdown, stats_markdown, stats_table
 from gil_core.runtime import open_runtime
+from gil_core.savings_plot import savings_markdown_image
 from gil_core.taskfile import load_task_file
 from gil_core.telemetry import TelemetryStore
+from gil_core.telemetry.savings import compute_savings
 
 
 def valid_tickets(tickets_path: str, max_line_bytes: int, on_bad: list[BadInput] | None = None) -> Iterator[Ticket]:
@@ -213,7 +215,8 @@ async def apply_feedback_task(task_file: str, verdicts_path: str) -> dict[str, A
 @gil_task(name="publish stats")
 async def publish_stats(task_file: str, window: int = 50) -> str:
     loaded = load_task_file(task_file)
-    stats = TelemetryStore(loaded.store).stats(loaded.task.name, window, tree=loaded.task.tree)
+    store = TelemetryStore(loaded.store)
+    stats = store.stats(loaded.task.name, window, tree=loaded.task.tree)
     key = artifact_key(loaded.task.name, "stats")
     await acreate_table_artifact(stats_table(stats), key=key, description="Requests per mode")
     await acreate_table_artifact(
@@ -221,6 +224,12 @@ async def publish_stats(task_file: str, window: int = 50) -> str:
     )
     markdown = stats_markdown(stats)
     await acreate_markdown_artifact(markdown, key=f"{key}-cost", description="Cost per request, by window")
+    savings = compute_savings(store, loaded.task.name)
+    await acreate_markdown_artifact(
+        savings_markdown(savings, savings_markdown_image(savings)),
+        key=artifact_key(loaded.task.name, "savings"),
+        description="What settled each batch, and energy per request against full generation (estimated)",
+    )
     return markdown
 
 

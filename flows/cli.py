@@ -248,6 +248,13 @@ def stats(
     task_file_path: TaskFileOption = None,
     window: Annotated[int, typer.Option(help="Requests per cost window.")] = 50,
     as_json: JsonOption = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also draw what settled each batch, and energy per request against full generation (estimated),"
+            " into this PNG file (needs the plot extra: matplotlib)."
+        ),
+    ] = None,
 ) -> None:
     """Accuracy per mode with 95% Wilson intervals, habit and memory rates, and cost per request over time."""
     loaded = task_file(task_file_path)  # a bad task file is refused before the heavy imports
@@ -267,6 +274,14 @@ def stats(
                 console.print(state.memory.describe(), highlight=False)
 
     memory = state.memory.to_json() if state is not None and state.memory is not None else None
+    if plot is not None:
+        from gil_core.savings_plot import write_savings_plot
+        from gil_core.telemetry.savings import compute_savings
+
+        savings = guarded(lambda: compute_savings(store, loaded.task.name))
+        guarded(lambda: write_savings_plot(savings, plot))
+        if not as_json:
+            console.print(f"savings chart ({len(savings.batches)} batches) written to {plot}", highlight=False)
     emit({**result.to_json(), "learned": nodes, "learned_memory": memory}, as_json, render)
 
 

@@ -1,5 +1,6 @@
 """Stats as a person reads them in the Prefect UI: the per-mode table and a cost-per-request chart, both drawn
-from ``Stats`` (``TelemetryStore.stats``), so the figures are the same ones ``gil stats`` prints."""
+from ``Stats`` (``TelemetryStore.stats``), so the figures are the same ones ``gil stats`` prints; and what Gil
+saved per batch (``telemetry.savings``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from typing import Any
 
 from gil_core.learned import LearnedState, describe_nodes
 from gil_core.telemetry import Stats
+from gil_core.telemetry.savings import Savings
+from gil_core.telemetry.schemas import DECIDERS
 
-__all__ = ["decider_table", "learned_markdown", "stats_markdown", "stats_table"]
+__all__ = ["decider_table", "learned_markdown", "savings_markdown", "stats_markdown", "stats_table"]
 
 _BAR = 40
 
@@ -68,3 +71,40 @@ def learned_markdown(state: LearnedState) -> str:
 
 def _figure(value: Any) -> str:
     return "—" if value is None else f"{value:.3f}"
+
+
+def savings_markdown(savings: Savings, chart: str | None = None) -> str:
+    """Per batch: who settled its requests and its energy per request against the estimate of full generation,
+    as Markdown (``chart``: a Markdown image to put above the table, from ``gil_core.savings_plot``)."""
+    lines = [f"# What Gil saved — task `{savings.task}`", ""]
+    if savings.generation_energy is None:
+        lines.append("No generation call in the log yet: no estimate of full generation to compare with.")
+    else:
+        lines.append(
+            f"Full generation is *estimated* at {savings.generation_energy:.1f} energy per request: the mean of "
+            f"this task's {savings.generation_calls:,} generation calls."
+        )
+    lines.append("")
+    if chart is not None:
+        lines += [chart, ""]
+    if not savings.batches:
+        return "\n".join([*lines, "No batch yet."])
+    deciders = [name for name in DECIDERS if any(name in batch.shares for batch in savings.batches)]
+    lines += [
+        "| batch started (UTC) | requests | "
+        + " | ".join(deciders)
+        + " | energy / request | × full generation (est.) |",
+        "|:---|---:|" + "---:|" * len(deciders) + "---:|---:|",
+    ]
+    for batch in savings.batches:
+        shares = [f"{100 * batch.shares.get(name, 0.0):.0f}%" for name in deciders]
+        ratio = savings.ratio(batch)
+        cells = [
+            batch.started_at.strftime("%Y-%m-%d %H:%M"),
+            f"{batch.requests:,}",
+            *shares,
+            f"{batch.energy_per_request:.1f}",
+            "—" if ratio is None else f"{ratio:.3f}×",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -31,6 +31,7 @@ __all__ = [
     "ModeStats",
     "Stats",
     "compute_stats",
+    "decider_expression",
     "price_expression",
     "wilson_bounds",
 ]
@@ -364,10 +365,11 @@ def _modes(base: pl.LazyFrame) -> pl.LazyFrame:
 _GENERATED_MODES = ("fallback", "partial", "habit/procedure")
 
 
-def _deciders(base: pl.LazyFrame) -> pl.LazyFrame:
-    """Requests per decider. Traces from before the ``decider`` column: memory, generation or else the LLM."""
+def decider_expression() -> pl.Expr:
+    """Who settled a trace (``schemas.DECIDERS``). Traces from before the ``decider`` column: memory, generation
+    or else the LLM, read off their mode."""
     mode = pl.col("mode")
-    decider = pl.coalesce(
+    return pl.coalesce(
         pl.col("decider"),
         pl.when(mode == "memory")
         .then(pl.lit("memory"))
@@ -377,6 +379,11 @@ def _deciders(base: pl.LazyFrame) -> pl.LazyFrame:
         .then(pl.lit("abstain"))
         .otherwise(pl.lit("llm")),
     )
+
+
+def _deciders(base: pl.LazyFrame) -> pl.LazyFrame:
+    """Requests per decider (``decider_expression``)."""
+    decider = decider_expression()
     verdict = pl.col("feedback_verdict")
     low, high = wilson_bounds(pl.col("correct"), pl.col("judged"))
     return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -220,3 +221,26 @@ def test_doctor_finds_broken_files_moves_nothing_until_repair_then_quarantines_a
     assert code == 0 and "0 broken, 0 put back, 2 quarantined" in out and "rows unknown" in out
     code, out, _ = invoke("stats", "-t", str(task))
     assert code == 0 and "quarantined: 2 broken files" in out
+
+
+def test_stats_plot_writes_the_savings_chart(tmp_path: Path) -> None:
+    from gil_core.batch import Ticket, resolve_batch
+    from gil_core.llm import OpenAICompatibleChatModel
+    from gil_core.resolver import Resolver
+    from gil_core.taskfile import load_task_file
+    from gil_core.telemetry import TelemetryStore
+
+    with support_server({}, default=Script(answers=["None of these"])) as server:
+        path = write_task_file(tmp_path, server.base_url, memory_threshold=None)
+
+        async def batch() -> None:
+            async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
+                resolver = Resolver(chat, TelemetryStore(tmp_path / "store"))
+                await resolve_batch(resolver, load_task_file(path).task, [Ticket("t1", "gift cards?")])
+
+        asyncio.run(batch())
+    chart = tmp_path / "savings.png"
+    result = runner.invoke(app, ["stats", "-t", str(path), "--plot", str(chart)])
+    assert result.exit_code == 0, result.output
+    assert "savings chart (1 batches) written to" in result.output
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

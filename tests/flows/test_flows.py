@@ -60,4 +60,5 @@ async def test_batch_feedback_rerun_and_maintenance_flows(tmp_path: Path) -> Non
         "support-stats-cost",
         "support-stats-deciders",
         "support-promotion",
+        "support-savings",
     }
