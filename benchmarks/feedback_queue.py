@@ -340,11 +340,14 @@ def section(results: Sequence[Paired], weights: QueueWeights, note: str = "") ->
         align="llrrrrl",
     )
     met = all(paired.meets() for paired in results)
+    meets = [p.stream for p in results if p.meets()]
+    misses = [p.stream for p in results if not p.meets()]
+    parts = [f"met on {', '.join(meets)}"] if meets else []
+    parts += [f"missed on {', '.join(misses)}"] if misses else []
     verdict = (
-        f"**Verdict:** the target (the queue ≥ {TARGET_POINTS:g} points better on average, interval above zero) "
-        f"is {'met' if met else 'missed'} on "
-        + ", ".join(f"{p.stream} ({'met' if p.meets() else 'missed'})" for p in results)
-        + "."
+        f"**Verdict:** the target (the queue ≥ {TARGET_POINTS:g} points better on average, interval above zero) is "
+        + "; ".join(parts)
+        + ("." if not met else " (every stream).")
     )
     notes = [verdict, *([note] if note else [])]
     if all(run.served_share == 0 for paired in results for run in (*paired.queue, *paired.random)):
