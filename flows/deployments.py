@@ -10,7 +10,7 @@ from prefect.types.entrypoint import EntrypointType
 
 from flows.batch import apply_feedback_flow, resolve_batch_flow
 from flows.maintenance import compact_telemetry_flow, fit_energy_flow, fit_reflex_flow, rebuild_memory_flow
-from flows.queue import feedback_queue_flow
+from flows.queue import SCHEDULED_VERDICT_TIMEOUT, feedback_queue_flow
 from flows.review import (
     SCHEDULED_DECISION_TIMEOUT,
     deactivation_round_flow,
@@ -40,17 +40,24 @@ REVIEW_ROUNDS = ("promotion-round", "deactivation-round", "differentiation-round
 
 
 def build_deployments(
-    task_file: Path, tickets: Path, verdicts: Path, decision_timeout: int = SCHEDULED_DECISION_TIMEOUT
+    task_file: Path,
+    tickets: Path,
+    verdicts: Path,
+    decision_timeout: int = SCHEDULED_DECISION_TIMEOUT,
+    verdict_timeout: int = SCHEDULED_VERDICT_TIMEOUT,
 ) -> list[Any]:
     """The deployments, with parameters pointing at this task file and its queue files. The review rounds pause
     for decisions in the Prefect UI for up to ``decision_timeout`` seconds (a parameter of each deployment, so an
-    operator can change it per round in the UI), after which the undecided proposals stay deferred."""
+    operator can change it per round in the UI), after which the undecided proposals stay deferred; the feedback
+    queue pauses for verdicts on its answers for up to ``verdict_timeout`` seconds, after which the unanswered
+    stay unanswered."""
     task = {"task_file": str(task_file.resolve())}
     own: dict[str, dict[str, Any]] = {  # each deployment's parameters besides the task file
         "resolve-batch": {"tickets": str(tickets.resolve()), "out": f"{tickets.resolve()}.results.jsonl"},
         "apply-feedback": {"verdicts": str(verdicts.resolve())},
     }
     own |= {name: {"wait_for_decisions": True, "decision_timeout": decision_timeout} for name in REVIEW_ROUNDS}
+    own["feedback-queue"] = {"wait_for_verdicts": True, "verdict_timeout": verdict_timeout}
     deployments = []
     for name, (flow, schedule) in SCHEDULES.items():
         timing = {"interval": schedule} if isinstance(schedule, timedelta) else {"cron": schedule} if schedule else {}
@@ -68,7 +75,11 @@ def build_deployments(
 
 
 def serve_all(
-    task_file: Path, tickets: Path, verdicts: Path, decision_timeout: int = SCHEDULED_DECISION_TIMEOUT
+    task_file: Path,
+    tickets: Path,
+    verdicts: Path,
+    decision_timeout: int = SCHEDULED_DECISION_TIMEOUT,
+    verdict_timeout: int = SCHEDULED_VERDICT_TIMEOUT,
 ) -> None:
     """Register every deployment with the Prefect API and run them on their schedules (blocks).
 
@@ -79,4 +90,4 @@ def serve_all(
     for queue in (tickets, verdicts):
         queue.parent.mkdir(parents=True, exist_ok=True)
         queue.touch(exist_ok=True)
-    serve(*build_deployments(task_file, tickets, verdicts, decision_timeout))
+    serve(*build_deployments(task_file, tickets, verdicts, decision_timeout, verdict_timeout))

@@ -326,6 +326,11 @@ async def apply_decisions_task(
     }
 
 
+def deadline_after(timeout: int) -> str:
+    """When a form opened now stops waiting, as its description says it: ``2026-01-05 06:00 UTC``."""
+    return f"{utc_now() + timedelta(seconds=timeout):%Y-%m-%d %H:%M} UTC"
+
+
 async def wait_for_answers(form: type[RunInput], key: str, timeout: int, poll_seconds: int) -> RunInput | None:
     """Pause this run with ``form`` until someone resumes it; None when nobody did within ``timeout`` seconds.
 
@@ -335,7 +340,7 @@ async def wait_for_answers(form: type[RunInput], key: str, timeout: int, poll_se
     """
     context = FlowRunContext.get()
     if context is None or context.flow_run is None:
-        raise RuntimeError("a review round waits for decisions only inside a flow run")
+        raise RuntimeError("a run waits for answers in a form only inside a flow run")
     run_id = context.flow_run.id
     timed_out = False
 
@@ -360,8 +365,7 @@ async def decide_in_the_ui(
 ) -> dict[str, Any]:
     """Pause this run with the decision form until someone resumes it with answers (or the timeout), check the
     answers against what was decided meanwhile, then apply them."""
-    deadline = f"{utc_now() + timedelta(seconds=timeout):%Y-%m-%d %H:%M} UTC"
-    form = decision_form(review, explain_proposals(task_file, review), deadline)
+    form = decision_form(review, explain_proposals(task_file, review), deadline_after(timeout))
     answers = await wait_for_answers(form, f"{review.kind.value}-decisions", timeout, poll_seconds)
     if answers is None:
         return await apply_decisions_task(task_file, review, CheckedDecisions([]), timeout)

@@ -25,7 +25,7 @@ from tests.learned._support import bad_model, embedder, run_with_feedback, suppo
 runner = CliRunner()
 
 
-def _store_with_unconfirmed(tmp_path: Path, base_url: str) -> Path:
+def store_with_unconfirmed(tmp_path: Path, base_url: str) -> Path:
     """A task file whose store holds 40 confirmed support tickets and 20 answered without a verdict."""
     path = write_task_file(tmp_path, base_url, memory_threshold=None, embedding_model="local",
                            learned_reflex={"precision": 0.95})  # fmt: skip
@@ -44,7 +44,7 @@ def _store_with_unconfirmed(tmp_path: Path, base_url: str) -> Path:
 
 def test_queue_cli_prints_json_and_records_the_queue_as_issued(tmp_path: Path) -> None:
     with bad_model() as server:
-        path = _store_with_unconfirmed(tmp_path, server.base_url)
+        path = store_with_unconfirmed(tmp_path, server.base_url)
         result = runner.invoke(app, ["review", "queue", "-t", str(path), "--size", "5", "--json"])
         assert result.exit_code == 0, result.output
         queue = json.loads(result.stdout)
@@ -77,7 +77,7 @@ def test_queue_flow_publishes_the_queue_as_a_table_artifact(tmp_path: Path, pref
             return queue, await client.read_artifacts()
 
     with bad_model() as server:
-        path = _store_with_unconfirmed(tmp_path, server.base_url)
+        path = store_with_unconfirmed(tmp_path, server.base_url)
         queue, artifacts = asyncio.run(published())
     assert Counter(item["chosen_by"] for item in queue["items"]) == {"queue": 2, "random": 2}
     (table,) = [artifact for artifact in artifacts if artifact.key == "support-feedback-queue"]
