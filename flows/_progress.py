@@ -70,7 +70,9 @@ class FlowProgress:
         percent = self._due(final=False)
         if percent is None:
             return False
-        update_progress_artifact(self.artifact_id, percent)
+        # `_sync`: the thread runs in a copy of an async flow's context, where Prefect's dispatch would otherwise
+        # hand back the async form's coroutine, unawaited (and nothing sent).
+        update_progress_artifact(self.artifact_id, percent, _sync=True)  # type: ignore[call-arg]
         return True
 
     async def finish(self) -> None:

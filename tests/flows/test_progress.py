@@ -51,6 +51,30 @@ async def test_progress_updates_at_most_once_an_interval_and_always_at_the_end()
     assert await _progress_data(progress.artifact_id) == 100.0
 
 
+@pytest.mark.usefixtures("prefect_harness")
+async def test_progress_of_an_async_flow_reaches_the_server_while_the_flow_runs() -> None:
+    """The updating thread runs in a copy of the async flow's context: its updates are sent, not left as
+    coroutines nobody awaits."""
+    import asyncio
+    import time
+
+    from prefect import flow
+
+    from flows._progress import flow_progress
+
+    @flow(name="progress-midway")
+    async def midway() -> list[float]:
+        async with flow_progress("progress-midway", "midway", total=4, interval=0.05) as progress:
+            progress.advance()
+            deadline = time.monotonic() + 30
+            while (seen := await _progress_data(progress.artifact_id)) != 25.0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            progress.advance(3)
+        return [seen, await _progress_data(progress.artifact_id)]
+
+    assert await midway() == [25.0, 100.0]
+
+
 def test_progress_counted_from_many_threads_adds_up() -> None:
     from uuid import uuid4
 

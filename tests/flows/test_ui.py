@@ -1,6 +1,7 @@
 """`gil ui` and `gil serve` as a user runs them: a real `prefect server start` on loopback, every deployment
 registered with its schedule, a served run that publishes its stats artifact, the UI rendered by headless
-Chromium showing both, and a served promotion round decided in the UI's form by Chromium driven with Playwright.
+Chromium showing both, a served promotion round decided in the UI's form and a served batch's progress artifact
+seen moving, both by Chromium driven with Playwright.
 
 Set GIL_UI_SCREENSHOTS=DIR to keep the screenshots (the README's come from here: GIL_UI_SCREENSHOTS=docs).
 """
@@ -10,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +28,7 @@ from flows.cli import app
 from flows.deployments import SCHEDULED_DECISION_TIMEOUT, SCHEDULES
 from gil_core.habits.review_log import Decision, ReviewLog
 from gil_core.telemetry import TelemetryStore
+from gil_core.testing import ScriptedOpenAIServer, ScriptedReply
 from tests.flows._support import write_task_file
 from tests.flows._ui_support import (
     CHROMIUM,
@@ -41,7 +45,7 @@ from tests.flows._ui_support import (
     wait_for,
 )
 from tests.flows.test_review_pause import EXPRESS, GIFT, RETURNS, resolve_and_confirm, runner
-from tests.resolver._support import ROOT, Script, support_server
+from tests.resolver._support import ROOT, Script, SupportModel, support_server
 
 pytestmark = pytest.mark.slow
 
@@ -340,3 +344,88 @@ def test_a_served_review_round_is_decided_in_the_browser(
     result = runner.invoke(app, ["review", "promote", "-t", str(paused_review.task), "--json"])
     assert result.exit_code == 0, result.stderr
     assert [item["id"] for item in json.loads(result.stdout)["items"]] == [defer]
+
+
+class HeldModel:
+    """The support model, except that every request about ``held`` waits until ``release`` is set: a batch held
+    part way, for as long as the test needs, with no timing in it."""
+
+    def __init__(self, model: SupportModel, held: str) -> None:
+        self.model, self.held = model, held
+        self.release = threading.Event()
+
+    def __call__(self, body: Mapping[str, Any]) -> ScriptedReply:
+        if self.held in body["messages"][-1]["content"] and not self.release.wait(STARTUP_SECONDS):
+            raise AssertionError(f"{self.held!r} was never released")
+        return self.model(body)
+
+
+def reload_until(page: Any, locator: Any, text: str | None, what: str) -> None:
+    """Wait for ``locator`` to be shown (with ``text``, when given), reloading the page every 5 s (the UI does not
+    poll a run's artifacts), for at most STARTUP_SECONDS."""
+    from playwright.sync_api import expect
+
+    for _ in range(STARTUP_SECONDS // 5):
+        try:
+            if text is None:
+                expect(locator).to_be_visible(timeout=5_000)
+            else:
+                expect(locator).to_have_text(text, timeout=5_000)
+            return
+        except AssertionError:
+            page.reload()
+    raise AssertionError(f"{what}: not within {STARTUP_SECONDS} s (the page shows {locator.all_inner_texts()})")
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(os.environ.get("GIL_SKIP_BROWSER") == "1", reason="GIL_SKIP_BROWSER=1")
+def test_a_served_batch_shows_its_progress_moving_in_the_browser(
+    prefect_ui: PrefectUI, deployments: dict[str, Any]
+) -> None:
+    from playwright.sync_api import expect
+    from prefect.deployments import run_deployment
+
+    root = prefect_ui.logs / "progress"
+    root.mkdir()
+    held = "do you sell gift cards?"  # one ticket of four held: the batch stops at 75% until it is released
+    model = HeldModel(SupportModel(SCRIPTS, default=Script(answers=["None of these"])), held)
+    texts = [*SCRIPTS, held]
+    tickets = root / "tickets.jsonl"
+    tickets.write_text("".join(json.dumps({"id": f"p{i}", "text": text}) + "\n" for i, text in enumerate(texts)))
+    png = root / "prefect-ui-progress.png"
+    with ScriptedOpenAIServer(responder=model) as server:
+        task = write_task_file(root, server.base_url, task="progress-ui")
+        parameters = {"task_file": str(task), "tickets": str(tickets), "out": f"{tickets}.results.jsonl"}
+        try:
+            with prefect_client(prefect_ui.api_url) as client:
+                run = run_deployment("resolve-batch/resolve-batch", parameters=parameters, timeout=0)
+            with driven_chromium(1280, 720) as page:
+                page.set_default_timeout(60_000)
+                # The run's Artifacts tab lists its artifacts as cards; a card opens the artifact's page, which
+                # draws the percentage.
+                page.goto(f"{prefect_ui.url}/v2/runs/flow-run/{run.id}?tab=Artifacts")
+                card = page.get_by_role("link").filter(has_text="progress-ui-batch-progress")
+                reload_until(page, card, None, "the batch's progress artifact")
+                card.click()
+                expect(page).to_have_url(re.compile(r"/v2/artifacts/artifact/"))
+                shown = page.get_by_test_id("progress-display")
+                reload_until(page, shown, "Progress: 75%", "the held batch's progress")
+                expect(page.get_by_role("link", name=run.name, exact=True)).to_be_visible()  # the artifact's run
+                page.screenshot(path=str(png))
+                model.release.set()
+                reload_until(page, shown, "Progress: 100%", "the released batch's progress")
+        finally:
+            model.release.set()  # a failed test leaves no request of the server's waiting
+        with prefect_client(prefect_ui.api_url) as client:
+
+            def finished() -> Any | None:
+                state = client.read_flow_run(run.id).state
+                return state if state is not None and state.is_final() else None
+
+            state = wait_for(finished, "the batch", STARTUP_SECONDS, prefect_ui.serve, prefect_ui.logs / "serve.log")
+    assert state.is_completed(), f"{state}\n{log_tail(prefect_ui.logs / 'serve.log')}"
+    assert len(Path(f"{tickets}.results.jsonl").read_text().splitlines()) == len(texts)
+    assert drawn_share(png) > 0.02, f"{png} is nearly blank"
+    if target := os.environ.get("GIL_UI_SCREENSHOTS"):
+        Path(target).mkdir(parents=True, exist_ok=True)
+        shutil.copy(png, Path(target) / png.name)
