@@ -196,3 +196,12 @@ def drawn_share(png: Path) -> float:
     colours, counts = np.unique((pixels * 255).round().astype(np.uint8), axis=0, return_counts=True)
     assert len(colours) > 1, f"{png} is one uniform colour"
     return 1.0 - float(counts.max()) / len(pixels)
+
+
+def keep_screenshot(png: Path) -> None:
+    """Check that ``png`` is not blank, and keep a copy in GIL_UI_SCREENSHOTS when it is set (the README's
+    screenshots: GIL_UI_SCREENSHOTS=docs)."""
+    assert drawn_share(png) > 0.02, f"{png} is nearly blank"
+    if target := os.environ.get("GIL_UI_SCREENSHOTS"):
+        Path(target).mkdir(parents=True, exist_ok=True)
+        shutil.copy(png, Path(target) / png.name)

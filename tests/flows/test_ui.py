@@ -1,7 +1,8 @@
 """`gil ui` and `gil serve` as a user runs them: a real `prefect server start` on loopback, every deployment
 registered with its schedule, a served run that publishes its stats artifact, the UI rendered by headless
-Chromium showing both, a served promotion round decided in the UI's form and a served batch's progress artifact
-seen moving, both by Chromium driven with Playwright.
+Chromium showing both, a served promotion round decided in the UI's form, a served feedback queue answered in its
+form, a served batch's progress artifact seen moving and its savings chart drawn, by Chromium driven with
+Playwright.
 
 Set GIL_UI_SCREENSHOTS=DIR to keep the screenshots (the README's come from here: GIL_UI_SCREENSHOTS=docs).
 """
@@ -26,25 +27,30 @@ import yaml
 
 from flows.cli import app
 from flows.deployments import SCHEDULED_DECISION_TIMEOUT, SCHEDULES
+from flows.queue import SCHEDULED_VERDICT_TIMEOUT, correction_choices
 from gil_core.habits.review_log import Decision, ReviewLog
+from gil_core.taskfile import load_task_file
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import ScriptedOpenAIServer, ScriptedReply
 from tests.flows._support import write_task_file
 from tests.flows._ui_support import (
     CHROMIUM,
     chromium,
-    drawn_share,
     driven_chromium,
     free_port,
     gil_command,
     healthy,
+    keep_screenshot,
     listening_addresses,
     log_tail,
     prefect_env,
     running,
     wait_for,
 )
+from tests.flows.test_queue_cli import store_with_unconfirmed
+from tests.flows.test_queue_pause import KEY, queue_table, stored_verdicts
 from tests.flows.test_review_pause import EXPRESS, GIFT, RETURNS, resolve_and_confirm, runner
+from tests.learned._support import bad_model
 from tests.resolver._support import ROOT, Script, SupportModel, support_server
 
 pytestmark = pytest.mark.slow
@@ -148,15 +154,42 @@ def deployments(prefect_ui: PrefectUI) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def stats_artifact(prefect_ui: PrefectUI, deployments: dict[str, Any]) -> tuple[Any, Any]:
     """The resolve-batch deployment triggered through the API and run by `gil serve`; its run and stats table."""
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
     from prefect.deployments import run_deployment
 
     with prefect_client(prefect_ui.api_url) as client:
         run = run_deployment("resolve-batch/resolve-batch", timeout=STARTUP_SECONDS, poll_interval=1)
-        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["support-stats"])))
+        # this run's: other tests' runs on tasks named `support` publish stats too
+        mine = ArtifactFilter(
+            key=ArtifactFilterKey(any_=["support-stats"]), flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])
+        )
+        artifacts = client.read_artifacts(artifact_filter=mine)
     assert run.state is not None and run.state.is_completed(), f"{run.state}\n{log_tail(prefect_ui.logs / 'serve.log')}"
     assert len(artifacts) == 1
     return run, artifacts[0]
+
+
+def final_state(prefect_ui: PrefectUI, run_id: Any, what: str) -> Any:
+    """The state a run ends in, once it ends (``gil serve`` still running)."""
+    with prefect_client(prefect_ui.api_url) as client:
+
+        def finished() -> Any | None:
+            state = client.read_flow_run(run_id).state
+            return state if state is not None and state.is_final() else None
+
+        return wait_for(finished, what, STARTUP_SECONDS, prefect_ui.serve, prefect_ui.logs / "serve.log")
+
+
+def paused_run(prefect_ui: PrefectUI, run_id: Any, what: str) -> None:
+    """Wait until a run `gil serve` executes is paused with its form (failing at once if it ended instead)."""
+    with prefect_client(prefect_ui.api_url) as client:
+
+        def paused() -> Any | None:
+            state = client.read_flow_run(run_id).state
+            assert state is not None and not state.is_final(), f"{state}\n{log_tail(prefect_ui.logs / 'serve.log')}"
+            return state if state.is_paused() else None
+
+        wait_for(paused, what, STARTUP_SECONDS, prefect_ui.serve, prefect_ui.logs / "serve.log")
 
 
 def schedule_of(deployment: Any) -> tuple[str, object] | None:
@@ -174,6 +207,8 @@ def test_gil_serve_registers_every_deployment_with_its_schedule(
     for name in ("promotion-round", "deactivation-round", "differentiation-round"):  # scheduled rounds wait too
         assert deployments[name].parameters["wait_for_decisions"] is True
         assert deployments[name].parameters["decision_timeout"] == SCHEDULED_DECISION_TIMEOUT
+    assert deployments["feedback-queue"].parameters["wait_for_verdicts"] is True  # so does the nightly queue
+    assert deployments["feedback-queue"].parameters["verdict_timeout"] == SCHEDULED_VERDICT_TIMEOUT
     for name, deployment in deployments.items():
         flow = SCHEDULES[name][0]
         assert deployment.entrypoint == f"{flow.fn.__module__}.{flow.fn.__name__}"
@@ -235,10 +270,7 @@ def test_headless_chromium_shows_the_deployments_and_an_artifact(
         missing = [text for text in expected if text not in dom]
         assert not missing, f"{url} rendered without {missing}"
         assert "Can't connect to Server API" not in dom
-        assert drawn_share(png) > 0.02, f"{png} is nearly blank"
-        if target := os.environ.get("GIL_UI_SCREENSHOTS"):
-            Path(target).mkdir(parents=True, exist_ok=True)
-            shutil.copy(png, Path(target) / png.name)
+        keep_screenshot(png)
 
 
 @dataclass
@@ -261,17 +293,9 @@ def paused_review(prefect_ui: PrefectUI, deployments: dict[str, Any]) -> PausedR
     shutil.copy(ROOT / "ontologies" / "support.yaml", tree_file)
     task = resolve_and_confirm(root, tree_file, (EXPRESS, GIFT, RETURNS))
     parameters = {"task_file": str(task), "decision_timeout": 900, "poll_seconds": 1}
-    with prefect_client(prefect_ui.api_url) as client:
+    with prefect_client(prefect_ui.api_url):
         run = run_deployment("promotion-round/promotion-round", parameters=parameters, timeout=0)
-
-        def paused() -> Any | None:
-            state = client.read_flow_run(run.id).state
-            assert state is not None and not state.is_final(), f"{state}\n{log_tail(prefect_ui.logs / 'serve.log')}"
-            return state if state.is_paused() else None
-
-        wait_for(
-            paused, "the promotion round's pause", STARTUP_SECONDS, prefect_ui.serve, prefect_ui.logs / "serve.log"
-        )
+    paused_run(prefect_ui, run.id, "the promotion round's pause")
     listed = yaml.safe_load((root / "reviews" / "support-promotion.yaml").read_text(encoding="utf-8"))
     return PausedReview(run.id, task, root, {item["text"]: item["id"] for item in listed["items"]})
 
@@ -312,20 +336,9 @@ def test_a_served_review_round_is_decided_in_the_browser(
         page.screenshot(path=str(png))
         dialog.get_by_role("button", name="Resume", exact=True).click()
         expect(dialog).to_be_hidden()
-    assert drawn_share(png) > 0.02, f"{png} is nearly blank"
-    if target := os.environ.get("GIL_UI_SCREENSHOTS"):
-        Path(target).mkdir(parents=True, exist_ok=True)
-        shutil.copy(png, Path(target) / png.name)
+    keep_screenshot(png)
 
-    with prefect_client(prefect_ui.api_url) as client:
-
-        def finished() -> Any | None:
-            state = client.read_flow_run(paused_review.run_id).state
-            return state if state is not None and state.is_final() else None
-
-        state = wait_for(
-            finished, "the resumed round", STARTUP_SECONDS, prefect_ui.serve, prefect_ui.logs / "serve.log"
-        )
+    state = final_state(prefect_ui, paused_review.run_id, "the resumed round")
     assert state.is_completed(), f"{state}\n{log_tail(prefect_ui.logs / 'serve.log')}"
     # What `gil review` reads: the review log, each row as the form said, the untouched one deferred.
     decisions = ReviewLog(TelemetryStore(paused_review.root / "store")).decisions("support", "promotion")
@@ -397,7 +410,7 @@ def test_a_served_batch_shows_its_progress_moving_in_the_browser(
         task = write_task_file(root, server.base_url, task="progress-ui")
         parameters = {"task_file": str(task), "tickets": str(tickets), "out": f"{tickets}.results.jsonl"}
         try:
-            with prefect_client(prefect_ui.api_url) as client:
+            with prefect_client(prefect_ui.api_url):
                 run = run_deployment("resolve-batch/resolve-batch", parameters=parameters, timeout=0)
             with driven_chromium(1280, 720) as page:
                 page.set_default_timeout(60_000)
@@ -416,16 +429,88 @@ def test_a_served_batch_shows_its_progress_moving_in_the_browser(
                 reload_until(page, shown, "Progress: 100%", "the released batch's progress")
         finally:
             model.release.set()  # a failed test leaves no request of the server's waiting
-        with prefect_client(prefect_ui.api_url) as client:
-
-            def finished() -> Any | None:
-                state = client.read_flow_run(run.id).state
-                return state if state is not None and state.is_final() else None
-
-            state = wait_for(finished, "the batch", STARTUP_SECONDS, prefect_ui.serve, prefect_ui.logs / "serve.log")
+        state = final_state(prefect_ui, run.id, "the batch")
     assert state.is_completed(), f"{state}\n{log_tail(prefect_ui.logs / 'serve.log')}"
     assert len(Path(f"{tickets}.results.jsonl").read_text().splitlines()) == len(texts)
-    assert drawn_share(png) > 0.02, f"{png} is nearly blank"
-    if target := os.environ.get("GIL_UI_SCREENSHOTS"):
-        Path(target).mkdir(parents=True, exist_ok=True)
-        shutil.copy(png, Path(target) / png.name)
+    keep_screenshot(png)
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(os.environ.get("GIL_SKIP_BROWSER") == "1", reason="GIL_SKIP_BROWSER=1")
+def test_a_served_feedback_queue_is_answered_in_the_browser(prefect_ui: PrefectUI, deployments: dict[str, Any]) -> None:
+    from playwright.sync_api import expect
+    from prefect.deployments import run_deployment
+
+    root = prefect_ui.logs / "feedback"
+    root.mkdir()
+    png = root / "prefect-ui-queue.png"
+    with bad_model() as server:
+        task = store_with_unconfirmed(root, server.base_url)  # 20 answers without a verdict
+        # As the nightly deployment runs it (waiting for verdicts), on two answers: one queue-chosen, one random.
+        parameters = {"task_file": str(task), "size": 2, "random_share": 0.5, "verdict_timeout": 900, "poll_seconds": 1}
+        with prefect_client(prefect_ui.api_url):
+            run = run_deployment("feedback-queue/feedback-queue", parameters=parameters, timeout=0)
+            paused_run(prefect_ui, run.id, "the feedback queue's pause")
+            right, wrong = queue_table(run.id)
+        choices = correction_choices(load_task_file(task).task)
+        correction = next(text for text in (KEY[wrong["request"]], *choices) if text != wrong["answer"])
+        with driven_chromium(1280, 1900) as page:  # tall enough for the whole dialog
+            page.set_default_timeout(60_000)
+            page.goto(f"{prefect_ui.url}/v2/runs/flow-run/{run.id}")
+            page.get_by_role("button", name="Open menu").first.click()
+            page.get_by_role("menuitem", name="Resume").click()
+            dialog = page.get_by_role("dialog", name="Resume Flow Run")
+            for item in (right, wrong):  # above the form: each request with Gil's answer
+                expect(dialog).to_contain_text(" ".join(item["request"].split()))
+            rows = [dialog.locator(f"xpath=.//label[starts-with(normalize-space(), '{n}. ')]/../../..") for n in (1, 2)]
+            for row, verdict in zip(rows, ("correct", "wrong"), strict=True):
+                expect(row.get_by_role("button", name="Select Verdict")).to_have_text("unanswered")  # the default
+                row.get_by_role("button", name="Select Verdict").click()
+                page.get_by_role("option", name=verdict, exact=True).click()
+                expect(row.get_by_role("button", name="Select Verdict")).to_have_text(verdict)
+            rows[1].get_by_role("button", name="Select Correction").click()
+            page.get_by_role("option", name=correction, exact=True).click()
+            expect(rows[1].get_by_role("button", name="Select Correction")).to_have_text(correction)
+            # Every scrolled box back at its top left: the long correction scrolls its row sideways.
+            dialog.evaluate(
+                "box => [box, ...box.querySelectorAll('*')]"
+                ".forEach(element => { element.scrollTop = 0; element.scrollLeft = 0 })"
+            )
+            page.screenshot(path=str(png))
+            dialog.get_by_role("button", name="Resume", exact=True).click()
+            expect(dialog).to_be_hidden()
+        state = final_state(prefect_ui, run.id, "the answered queue")
+    assert state.is_completed(), f"{state}\n{log_tail(prefect_ui.logs / 'serve.log')}"
+    keep_screenshot(png)
+    # What `gil feedback` would have stored: the two verdicts, and nothing else.
+    stored = stored_verdicts(task)
+    assert stored[right["trace_id"]] == ("correct", None) and stored[wrong["trace_id"]] == ("wrong", correction)
+    assert len(stored) == 40 + 2
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(os.environ.get("GIL_SKIP_BROWSER") == "1", reason="GIL_SKIP_BROWSER=1")
+def test_the_savings_chart_is_drawn_in_the_browser(prefect_ui: PrefectUI, stats_artifact: tuple[Any, Any]) -> None:
+    from playwright.sync_api import expect
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    run, _ = stats_artifact
+    wanted = ArtifactFilter(
+        key=ArtifactFilterKey(any_=["support-savings"]), flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])
+    )
+    with prefect_client(prefect_ui.api_url) as client:
+        (artifact,) = client.read_artifacts(artifact_filter=wanted)
+    png = prefect_ui.logs / "prefect-ui-savings.png"
+    # The chart is an inline SVG (a data: URI) in the markdown: drawn once the image has loaded with a size.
+    drawn = "() => [...document.images].some(i => i.src.startsWith('data:image/svg+xml') && i.naturalWidth > 0)"
+    with driven_chromium(1280, 1000) as page:
+        page.set_default_timeout(60_000)
+        for url in (
+            f"{prefect_ui.url}/artifacts/artifact/{artifact.id}",
+            f"{prefect_ui.url}/v2/artifacts/artifact/{artifact.id}",
+        ):
+            page.goto(url)  # the v1 UI (the README's links), then v2 (what `gil ui` opens at /)
+            page.wait_for_function(drawn)
+            expect(page.get_by_role("table").first).to_contain_text("full generation")
+        page.screenshot(path=str(png))
+    keep_screenshot(png)
