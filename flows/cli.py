@@ -728,6 +728,14 @@ def serve(
             " stay deferred (default: six days; each deployment's parameter can be changed in the UI).",
         ),
     ] = None,
+    verdict_timeout: Annotated[
+        int | None,
+        typer.Option(
+            min=60,
+            help="Seconds the nightly feedback queue waits for verdicts in the UI before its unanswered rows stay"
+            " unanswered (default: 23 hours; a deployment parameter too).",
+        ),
+    ] = None,
 ) -> None:
     """Register every flow as a deployment with its default schedule against `gil ui`, and run them."""
     _prefect_environment(api_url)
@@ -736,8 +744,9 @@ def serve(
     _require_prefect_api(api_url)
     from flows.deployments import serve_all
 
-    timeout = {"decision_timeout": decision_timeout} if decision_timeout is not None else {}
-    guarded(lambda: serve_all(chosen, tickets, verdicts, **timeout))
+    timeouts = {"decision_timeout": decision_timeout, "verdict_timeout": verdict_timeout}
+    chosen_timeouts = {name: value for name, value in timeouts.items() if value is not None}
+    guarded(lambda: serve_all(chosen, tickets, verdicts, **chosen_timeouts))
 
 
 def _require_prefect_api(api_url: str) -> None:

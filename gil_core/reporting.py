@@ -82,7 +82,7 @@ def savings_markdown(savings: Savings, chart: str | None = None) -> str:
     else:
         lines.append(
             f"Full generation is *estimated* at {savings.generation_energy:.1f} energy per request: the mean of "
-            f"this task's {savings.generation_calls:,} generation calls."
+            f"this task's {savings.generation_calls:,} generation call{'s' if savings.generation_calls != 1 else ''}."
         )
     lines.append("")
     if chart is not None:

@@ -61,7 +61,8 @@ def savings_figure(savings: Savings) -> Figure:
         shares.text(0.5, 0.5, "no batch yet", ha="center", va="center", transform=shares.transAxes)
     energy.plot(x, [batch.energy_per_request for batch in batches], marker="o", color="#264653", label="Gil")
     if savings.generation_energy is not None:
-        label = f"estimate: full generation (mean of {savings.generation_calls} generation calls)"
+        calls = f"{savings.generation_calls} generation call{'s' if savings.generation_calls != 1 else ''}"
+        label = f"estimate: full generation (mean of {calls})"
         energy.axhline(savings.generation_energy, color="#e76f51", linestyle="--", label=label)
     energy.set_ylabel("energy per request")
     energy.set_ylim(bottom=0)

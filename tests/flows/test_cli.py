@@ -244,3 +244,11 @@ def test_stats_plot_writes_the_savings_chart(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "savings chart (1 batches) written to" in result.output
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_serve_takes_the_waits_of_the_review_rounds_and_the_feedback_queue() -> None:
+    result = runner.invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "--decision-timeout" in result.output and "--verdict-timeout" in result.output
+    refused = runner.invoke(app, ["serve", "--decision-timeout", "5"], env={"COLUMNS": "200"})
+    assert refused.exit_code == 2 and "decision-timeout" in refused.output  # under a minute: refused at once
