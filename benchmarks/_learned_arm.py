@@ -83,12 +83,14 @@ def support_stream() -> list[Example]:
 
 
 def learned_support_task() -> TaskDefinition:
-    """The support task of tests/learned (thresholds 0.6 / 0.7, precision 0.95), memory on at 0.95."""
+    """The support task of tests/learned (thresholds 0.6 / 0.7, precision 0.95), memory on at 0.95 as set: the
+    log would lower memory's cut on this stream until memory answered every held-out request (``memory_cut``),
+    leaving no walk of the learned judge's own to time."""
     tree = support_tree()
     policy = TaskPolicy(
         thresholds=Thresholds(per_layer=(0.6,), leaf=0.7),
         memory_threshold=0.95,
-        learned=LearnedPolicy(precision=0.95),
+        learned=LearnedPolicy(precision=0.95, memory_cut=False),
     )
     return TaskDefinition("bench-learned", TreeAnswerContract(tree), tree, policy, ENGLISH)
 

@@ -60,6 +60,8 @@ class LearnedPolicy:
     * ``window``: the latest logged predictions per node the rules read.
     * ``regularization``: the inverse regularisation strength ``C`` of the logistic regression.
     * ``exemplars``: confirmed requests kept per class for the novelty check (the most recent ones).
+    * ``memory_cut``: read memory's similarity cut from the same log for ``precision`` (``learned.memory_cut``);
+      false keeps the task's ``memory_threshold`` as it is.
     """
 
     precision: float
@@ -71,6 +73,7 @@ class LearnedPolicy:
     pooling: Pooling = "layer"
     regularization: float = 10.0
     exemplars: int = 64
+    memory_cut: bool = True
 
     def __post_init__(self) -> None:
         for name in ("precision", "audit_rate", "novelty", "unseen"):
@@ -89,6 +92,8 @@ class LearnedPolicy:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"learned_reflex.{name} must be an integer ≥ 1, got {value!r}")
+        if not isinstance(self.memory_cut, bool):
+            raise ConfigurationError(f"learned_reflex.memory_cut must be true or false, got {self.memory_cut!r}")
         if self.pooling not in ("layer", "node"):
             raise ConfigurationError(f"learned_reflex.pooling must be 'layer' or 'node', not {self.pooling!r}")
         if not (math.isfinite(self.regularization) and self.regularization > 0):

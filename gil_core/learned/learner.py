@@ -275,8 +275,11 @@ def stored_state(store: TelemetryStore, task: TaskDefinition) -> LearnedState | 
 
 def memory_configured(task: TaskDefinition) -> float | None:
     """The memory cut the task file sets that the log may move: ``memory_threshold`` when memory is on without
-    a verify band (which keeps its own cuts), else None."""
-    return task.policy.memory_threshold if task.policy.memory_verify is None else None
+    a verify band (which keeps its own cuts) and ``learned_reflex.memory_cut`` is on, else None."""
+    learned = task.policy.learned
+    if task.policy.memory_verify is not None or learned is None or not learned.memory_cut:
+        return None
+    return task.policy.memory_threshold
 
 
 def _policy(task: TaskDefinition) -> LearnedPolicy:

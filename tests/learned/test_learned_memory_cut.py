@@ -105,3 +105,20 @@ async def test_learned_memory_cut_turns_a_hit_the_log_does_not_support_into_a_mi
     for resolution in between:
         assert resolution.recall is not None and not resolution.recall.hit
         assert resolution.recall.threshold == cut and resolution.mode != "memory"
+
+
+def test_learned_memory_cut_off_keeps_the_configured_threshold(tmp_path: Path) -> None:
+    from gil_core.learned import memory_configured
+    from gil_core.taskfile import TaskFileError, parse_task_file
+
+    on, off = learned_task(memory_threshold=0.9), learned_task(memory_threshold=0.9, memory_cut=False)
+    assert memory_configured(on) == 0.9 and memory_configured(off) is None
+    text = "task: t\ntree: {tree}\nthresholds: {{per_layer: [0.6], leaf: 0.7}}\nlearned_reflex: {learned}\n"
+    tree = tmp_path / "tree.yaml"
+    tree.write_text("id: root\noptions:\n- {id: a, label: a, text: A.}\n- {id: b, label: b, text: B.}\n")
+    parsed = parse_task_file(
+        text.format(tree=tree, learned="{precision: 0.9, memory_cut: false}"), path=tmp_path / "t.yaml"
+    )
+    assert parsed.task.policy.learned is not None and parsed.task.policy.learned.memory_cut is False
+    with pytest.raises(TaskFileError, match="memory_cut must be true or false"):
+        parse_task_file(text.format(tree=tree, learned="{precision: 0.9, memory_cut: 1}"), path=tmp_path / "t.yaml")
