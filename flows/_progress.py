@@ -15,11 +15,12 @@ import contextvars
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from uuid import UUID
 
 from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact, update_progress_artifact
 
-__all__ = ["FlowProgress", "flow_progress", "progress_of"]
+__all__ = ["FlowProgress", "flow_progress", "progress_of", "task_progress"]
 
 UPDATE_INTERVAL = 1.0
 """The shortest time between two updates of one artifact, in seconds (the last update is always sent)."""
@@ -134,3 +135,11 @@ def _keep_current(progress: FlowProgress, stop: threading.Event, interval: float
     while not stop.wait(interval):
         with contextlib.suppress(Exception):  # a missed update is made good by the next one, or the last
             progress.publish()
+
+
+def task_progress(task_file: str, kind: str, description: str, steps: int) -> AbstractAsyncContextManager[FlowProgress]:
+    """``flow_progress`` for a flow of a few long steps on one task's file: the artifact ``<task>-<kind>``."""
+    from flows._prefect import artifact_key
+    from gil_core.taskfile import load_task_file
+
+    return flow_progress(artifact_key(load_task_file(task_file).task.name, kind), description, total=steps)

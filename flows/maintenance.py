@@ -4,7 +4,6 @@ learned judge and memory right."""
 from __future__ import annotations
 
 import json
-from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict
 from typing import Any
 
@@ -12,7 +11,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 
 from flows._prefect import artifact_key, gil_task
-from flows._progress import FlowProgress, flow_progress
+from flows._progress import task_progress
 from gil_core.learned import describe_nodes
 from gil_core.maintenance import compact_store, fit_and_store_energy
 from gil_core.reporting import learned_markdown
@@ -67,7 +66,7 @@ async def fit_energy_flow(task_file: str) -> dict[str, Any] | None:
 async def fit_reflex_flow(task_file: str) -> dict[str, Any]:
     """Refit the learned reflex from the log (feedback already refits the nodes it touched; this nightly run
     also picks up verdicts written by other means, and republishes the per-node table)."""
-    async with _one_step(task_file, "fit-reflex-progress", "fit-reflex: the refit") as progress:
+    async with task_progress(task_file, "fit-reflex-progress", "fit-reflex: the refit", steps=1) as progress:
         fitted = await fit_reflex_task(task_file)
         progress.advance()
     return fitted
@@ -76,15 +75,10 @@ async def fit_reflex_flow(task_file: str) -> dict[str, Any]:
 @flow(name="rebuild-memory")
 async def rebuild_memory_flow(task_file: str) -> int:
     """Make memory hold what the feedback history confirms (after a restart on a new disk, or a new store)."""
-    async with _one_step(task_file, "rebuild-memory-progress", "rebuild-memory: the rebuild") as progress:
+    async with task_progress(task_file, "rebuild-memory-progress", "rebuild-memory: the rebuild", steps=1) as progress:
         entries = await rebuild_memory_task(task_file)
         progress.advance()
     return entries
-
-
-def _one_step(task_file: str, kind: str, description: str) -> AbstractAsyncContextManager[FlowProgress]:
-    """A progress artifact for a flow that is one long step: 0% while it runs, 100% once it has finished."""
-    return flow_progress(artifact_key(load_task_file(task_file).task.name, kind), description, total=1)
 
 
 @flow(name="compact-telemetry")

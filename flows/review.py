@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -33,6 +34,7 @@ from prefect.input import RunInput
 from pydantic import BaseModel, Field, create_model
 
 from flows._prefect import artifact_key, gil_task
+from flows._progress import FlowProgress, task_progress
 from gil_core.habits.deactivation import ReliabilityCounts, read_reliability
 from gil_core.habits.review_log import Decision, ReviewDecision, ReviewKind, ReviewLog
 from gil_core.memory import wilson_lower_bound
@@ -380,11 +382,23 @@ async def run_round(
     decision_timeout: int,
     poll_seconds: int,
     before: Mapping[str, ReviewDecision],
+    progress: FlowProgress | None = None,
 ) -> dict[str, Any]:
+    """Publish the round's list, then (``wait_for_decisions``) wait for and record the decisions; ``progress``
+    counts each step done."""
     result: dict[str, Any] = {"items": len(review.items), "file": await publish(review, task_file)}
+    if progress is not None:
+        progress.advance()
     if wait_for_decisions and review.items:
         result |= await decide_in_the_ui(review, task_file, decision_timeout, poll_seconds, before)
     return result
+
+
+def round_progress(task_file: str, kind: ReviewKind, waiting: bool) -> AbstractAsyncContextManager[FlowProgress]:
+    """A review round's progress artifact (``<task>-<kind>-progress``): proposing, publishing, and deciding when
+    the round waits for decisions."""
+    steps = ["propose", "publish", *(["decide"] if waiting else [])]
+    return task_progress(task_file, f"{kind.value}-progress", f"{kind.value} round: {', '.join(steps)}", len(steps))
 
 
 @gil_task(name="propose promotions")
@@ -415,9 +429,11 @@ async def promotion_round_flow(
 ) -> dict[str, Any]:
     """Propose recurring confirmed answers as habits. ``wait_for_decisions``: pause with a decision form for at
     most ``decision_timeout`` seconds (then the undecided stay deferred), then record and apply the decisions."""
-    before = read_review_log(task_file, ReviewKind.PROMOTION.value)  # read first: later decisions are "meanwhile"
-    review = propose_promotions_task(task_file)
-    return await run_round(review, task_file, wait_for_decisions, decision_timeout, poll_seconds, before)
+    async with round_progress(task_file, ReviewKind.PROMOTION, wait_for_decisions) as progress:
+        before = read_review_log(task_file, ReviewKind.PROMOTION.value)  # read first: later decisions are "meanwhile"
+        review = propose_promotions_task(task_file)
+        progress.advance()
+        return await run_round(review, task_file, wait_for_decisions, decision_timeout, poll_seconds, before, progress)
 
 
 @flow(name="deactivation-round")
@@ -425,9 +441,11 @@ async def deactivation_round_flow(
     task_file: str, wait_for_decisions: bool = False, decision_timeout: int = DECISION_TIMEOUT, poll_seconds: int = 10
 ) -> dict[str, Any]:
     """Propose unreliable, disputed or stale habits for retirement (``wait_for_decisions``: as promotion-round)."""
-    before = read_review_log(task_file, ReviewKind.DEACTIVATION.value)
-    review = propose_deactivations_task(task_file)
-    return await run_round(review, task_file, wait_for_decisions, decision_timeout, poll_seconds, before)
+    async with round_progress(task_file, ReviewKind.DEACTIVATION, wait_for_decisions) as progress:
+        before = read_review_log(task_file, ReviewKind.DEACTIVATION.value)
+        review = propose_deactivations_task(task_file)
+        progress.advance()
+        return await run_round(review, task_file, wait_for_decisions, decision_timeout, poll_seconds, before, progress)
 
 
 @flow(name="differentiation-round")
@@ -436,6 +454,8 @@ async def differentiation_round_flow(
 ) -> dict[str, Any]:
     """Propose categories to split or add (``wait_for_decisions``: as promotion-round; accepting a signal records
     it, a person then edits the tree)."""
-    before = read_review_log(task_file, ReviewKind.DIFFERENTIATION.value)
-    review = await propose_differentiation_task(task_file)
-    return await run_round(review, task_file, wait_for_decisions, decision_timeout, poll_seconds, before)
+    async with round_progress(task_file, ReviewKind.DIFFERENTIATION, wait_for_decisions) as progress:
+        before = read_review_log(task_file, ReviewKind.DIFFERENTIATION.value)
+        review = await propose_differentiation_task(task_file)
+        progress.advance()
+        return await run_round(review, task_file, wait_for_decisions, decision_timeout, poll_seconds, before, progress)

@@ -133,3 +133,22 @@ async def test_progress_of_a_one_step_flow_is_done_when_the_flow_is(tmp_path: Pa
         )
     assert artifact.type == "progress" and float(artifact.data) == 100.0  # type: ignore[arg-type]
     assert artifact.flow_run_id is not None
+
+
+@pytest.mark.usefixtures("prefect_harness")
+async def test_progress_of_a_review_round_is_done_when_the_round_is(tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.review import deactivation_round_flow
+
+    with support_server({}, default=Script(answers=["None of these"])) as server:
+        task = str(write_task_file(tmp_path, server.base_url, task="progress-round"))
+        published = await deactivation_round_flow(task, wait_for_decisions=True)  # nothing to retire: no wait
+    assert published["items"] == 0
+    async with get_client() as client:
+        (artifact,) = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["progress-round-deactivation-progress"]))
+        )
+    assert artifact.type == "progress" and float(artifact.data) == 100.0  # type: ignore[arg-type]
+    assert "propose, publish, decide" in (artifact.description or "")
