@@ -157,7 +157,8 @@ class Learner:
                 current = newest
             if current is not None and not self._valid_for(current, task):
                 current = None
-            digest = await asyncio.to_thread(verdict_digest, self._store, task.name)
+            store = self._store  # a compaction deleting a file mid-read: read again (``TelemetryStore.rescanning``)
+            digest = await asyncio.to_thread(store.rescanning, lambda: verdict_digest(store, task.name))
             if force or current is None or VerdictDigest.of(current.fitted_on) != digest:
                 current = await self._fit(task, previous=current or self._previous(task))
             self._states[task.name] = current
@@ -178,8 +179,10 @@ class Learner:
         embedder = self._vectors.name
 
         def fit() -> LearnedState:
-            log = read_learned_log(
-                self._store, task.name, task.tree, none_text=task.language.none_of_these, embedder=embedder
+            log = self._store.rescanning(  # a compaction deleting a file mid-read: read again
+                lambda: read_learned_log(
+                    self._store, task.name, task.tree, none_text=task.language.none_of_these, embedder=embedder
+                )
             )
             return fit_state(
                 task=task.name,

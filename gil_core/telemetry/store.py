@@ -471,7 +471,7 @@ class TelemetryStore:
                     raise
             return compute_stats(self, task, window=window, pricing=pricing, tree=tree)
 
-        return self._guarded("traces", "compute stats", run)
+        return self._guarded("traces", "compute stats", lambda: self.rescanning(run))
 
     # -- internals ------------------------------------------------------------------------------------------
 

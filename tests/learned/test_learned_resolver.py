@@ -17,6 +17,7 @@ from gil_core.ontology import parse_tree
 from gil_core.ontology.files import dump_tree
 from gil_core.resolver import Resolver
 from gil_core.telemetry import TelemetryStore
+from tests._compacting import compacting
 from tests.learned._support import (
     NONE,
     bad_model,
@@ -257,3 +258,21 @@ async def test_learned_judge_overrules_a_memory_hit_it_would_answer_otherwise(tm
     assert not again.recall.hit and "learned judge serves track-order" in (again.recall.error or "")
     assert again.mode == "habit/template" and "48213" in (again.output or "")
     assert len(server.requests) == asked
+
+
+async def test_learned_refit_while_another_process_compacts_the_log_never_fails(tmp_path: Path) -> None:
+    """A refit (before a batch, after feedback) reads the verdicts and their vectors; a compaction deleting those
+    files before the read collects them makes it read again instead of failing the batch."""
+    task = learned_task(audit_rate=0.0)
+    with bad_model() as server:
+        async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
+            resolver = Resolver(chat, TelemetryStore(tmp_path / "store"), reflex_embedder=embedder())
+            await train(resolver, task, 40, chunk=20)
+            learner = resolver.learner
+            assert learner is not None
+            with compacting(tmp_path / "store", "traces", "vectors") as merged:
+                for index, example in enumerate(support_stream()[40:70]):
+                    await run_with_feedback(resolver, task, [example], suffix=f"-c{index}")  # new files to merge
+                    state = await learner.refresh(task, force=True)
+                    assert state.fitted_on["verdicts"] == 41 + index
+    assert sum(merged) > 0  # compactions really ran alongside
