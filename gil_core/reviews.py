@@ -128,7 +128,9 @@ def promotion_review(
     store: TelemetryStore, task: TaskDefinition, policy: PromotionPolicy = DEFAULT_PROMOTION
 ) -> ReviewList:
     """Recurring confirmed answers worth making habits (net saving > 0), best first."""
-    round_ = prepare_promotion_round(store, task.name, task.tree, policy, none_text=task.language.none_of_these)
+    round_ = store.rescanning(  # reads only: read again when a concurrent compaction deletes a file mid-read
+        lambda: prepare_promotion_round(store, task.name, task.tree, policy, none_text=task.language.none_of_these)
+    )
     items = [
         {**asdict(proposal), "sources": list(proposal.sources), "net_saving": proposal.net_saving}
         for proposal in round_.proposals.proposals
@@ -143,7 +145,9 @@ def deactivation_review(
     policy: DeactivationPolicy = DEFAULT_DEACTIVATION,
 ) -> ReviewList:
     """Habits to retire: unreliable, disputed or stale, each under its heaviest reason."""
-    proposals = prepare_deactivation_round(store, task.name, task.tree, weights, policy)
+    proposals = store.rescanning(  # reads only: read again when a concurrent compaction deletes a file mid-read
+        lambda: prepare_deactivation_round(store, task.name, task.tree, weights, policy)
+    )
     return ReviewList(ReviewKind.DEACTIVATION, task.name, [asdict(proposal) for proposal in proposals])
 
 
