@@ -586,7 +586,7 @@ def queue_command(
     """Ask for the verdicts that would teach the learned judge most: unconfirmed answers where it is least sure,
     requests far from anything confirmed, nodes close to being proven or withdrawn; a share drawn at random.
     Prints the queue and records it as issued (an answer is asked about once). Answer it with `gil feedback`."""
-    from gil_core.learned.queue import issue_task_queue
+    from gil_core.runtime import issue_task_queue
 
     loaded = task_file(task_file_path)
     if size < 1:

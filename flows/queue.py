@@ -32,9 +32,8 @@ from flows.review import deadline_after, wait_for_answers
 from gil_core.batch import Verdict, apply_verdicts
 from gil_core.habits.attribution import AnswerIndex
 from gil_core.learned import DEFAULT_RANDOM_SHARE
-from gil_core.learned.queue import issue_task_queue
 from gil_core.ontology.model import OptionKind
-from gil_core.runtime import open_runtime
+from gil_core.runtime import issue_task_queue, open_runtime
 from gil_core.taskfile import load_task_file
 from gil_core.tasks import TaskDefinition
 from gil_core.telemetry import TelemetryStore

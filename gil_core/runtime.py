@@ -15,8 +15,9 @@ from typing import Any
 
 import httpx
 
-from gil_core.errors import ConfigurationError
-from gil_core.learned import Learner
+from gil_core.errors import ConfigurationError, LearnedStateError
+from gil_core.learned import DEFAULT_RANDOM_SHARE, Learner
+from gil_core.learned.queue import FeedbackQueue, issue_queue
 from gil_core.llm import ChatModel, EmbeddingModel, EmbeddingRecorder, OpenAICompatibleChatModel
 from gil_core.llm.openai_compat import OpenAICompatibleEmbeddingModel
 from gil_core.llm.ports import Completion, Embeddings, Message
@@ -30,7 +31,7 @@ from gil_core.taskfile import ModelSpec, TaskFile
 from gil_core.telemetry import EnergyModel, TelemetryStore
 from gil_core.testing import HashEmbeddingModel
 
-__all__ = ["Runtime", "client_parts", "open_learner", "open_runtime"]
+__all__ = ["Runtime", "client_parts", "issue_task_queue", "open_learner", "open_runtime"]
 
 
 @dataclass
@@ -226,3 +227,17 @@ def load_fitted_energy(store: TelemetryStore) -> EnergyModel | None:
         return None
     values = json.loads(rows["value"][0])
     return EnergyModel(**values)
+
+
+async def issue_task_queue(
+    task_file: TaskFile, *, size: int, random_share: float = DEFAULT_RANDOM_SHARE
+) -> FeedbackQueue:
+    """Issue a queue for the task of ``task_file``, ranked by its learned judge's current state (refit first when
+    the log moved on; no chat model is started). ``LearnedStateError`` when the task has no learned_reflex."""
+    task = task_file.task
+    if task.policy.learned is None:
+        raise LearnedStateError(f"{task_file.path}: the task has no learned_reflex (see README, Task file)")
+    async with open_learner(task_file) as learner:
+        state = await learner.refresh(task)
+    store = TelemetryStore(task_file.store)
+    return issue_queue(store, task.name, task.tree, state, size=size, random_share=random_share)

@@ -58,7 +58,7 @@ from gil_core.storage import Folder
 from gil_core.telemetry import TelemetryStore, utc_now
 
 if TYPE_CHECKING:
-    from gil_core.taskfile import TaskFile
+    pass
 
 __all__ = [
     "DEFAULT_RANDOM_SHARE",
@@ -72,7 +72,6 @@ __all__ = [
     "Unconfirmed",
     "choose_queue",
     "issue_queue",
-    "issue_task_queue",
     "queue_folder",
     "read_chosen_by",
     "read_unconfirmed",
@@ -446,19 +445,3 @@ def issue_queue(
     if record and queue.items:
         record_queue(store, queue)
     return queue
-
-
-async def issue_task_queue(
-    task_file: TaskFile, *, size: int, random_share: float = DEFAULT_RANDOM_SHARE
-) -> FeedbackQueue:
-    """Issue a queue for the task of ``task_file``, ranked by its learned judge's current state (refit first when
-    the log moved on; no chat model is started). ``LearnedStateError`` when the task has no learned_reflex."""
-    from gil_core.runtime import open_learner  # the runtime imports this package
-
-    task = task_file.task
-    if task.policy.learned is None:
-        raise LearnedStateError(f"{task_file.path}: the task has no learned_reflex (see README, Task file)")
-    async with open_learner(task_file) as learner:
-        state = await learner.refresh(task)
-    store = TelemetryStore(task_file.store)
-    return issue_queue(store, task.name, task.tree, state, size=size, random_share=random_share)
