@@ -14,17 +14,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
 from gil_core.errors import ConfigurationError
+from gil_core.telemetry._ports import TableScanner
 from gil_core.telemetry.records import CallRecord
-
-if TYPE_CHECKING:
-    from gil_core.telemetry.store import TelemetryStore
 
 __all__ = ["EnergyModel", "EnergySample", "fit_energy_from_store"]
 
@@ -101,7 +99,7 @@ class EnergyModel:
         )
 
 
-def fit_energy_from_store(store: TelemetryStore) -> EnergyModel | None:
+def fit_energy_from_store(store: TableScanner) -> EnergyModel | None:
     """``EnergyModel.fit`` over every chat call in ``store``'s ``calls`` table that carries server timings."""
     calls = (
         store.scan("calls")

@@ -4,22 +4,21 @@ misroutes (REFERENCE.md, "Stats"), for ``gil stats`` and the review flows.
 Everything is one lazy Polars plan over the store's tables (scan, filter, join, group-by), never a loop over rows:
 a store holds millions of traces and the answer has to come back in well under a second (BENCHMARKS.md, "Stats
 over a large store"). Telemetry sits below the ontology, so the tree is taken as the ``HabitTree`` protocol, which
-``gil_core.ontology.Tree`` satisfies, rather than imported.
+``gil_core.ontology.Tree`` satisfies, rather than imported; and since ``TelemetryStore.stats`` calls in here, the
+store is taken as the ``StatsSource`` port (``telemetry._ports``), which ``TelemetryStore`` satisfies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import polars as pl
 
 from gil_core.errors import ConfigurationError
+from gil_core.telemetry._ports import StatsSource, TableScanner
 from gil_core.telemetry.energy import EnergyModel
-
-if TYPE_CHECKING:
-    from gil_core.telemetry.store import TelemetryStore
 
 __all__ = [
     "WILSON_Z",
@@ -268,7 +267,7 @@ def _confirmed_answer() -> pl.Expr:
 
 
 def compute_stats(
-    store: TelemetryStore,
+    store: StatsSource,
     task: str,
     *,
     window: int,
@@ -326,7 +325,7 @@ def compute_stats(
     )
 
 
-def _reprice(store: TelemetryStore, traces: pl.LazyFrame, pricing: EnergyModel) -> pl.LazyFrame:
+def _reprice(store: TableScanner, traces: pl.LazyFrame, pricing: EnergyModel) -> pl.LazyFrame:
     """Replace each trace's energy by its calls': chat calls priced by ``pricing``, embeddings as recorded.
     Rows keep their order, so requests logged at the same instant stay in write order."""
     energy = pl.when(pl.col("role") == "embed").then(pl.col("energy")).otherwise(price_expression(pricing))
