@@ -17,7 +17,6 @@ feedback, picked up when another process refit it.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import secrets
@@ -33,7 +32,7 @@ from numpy.typing import NDArray
 from gil_core.errors import LearnedStateError
 from gil_core.learned.fit import fit_state, prior_texts
 from gil_core.learned.log import VerdictDigest, read_learned_log, verdict_digest
-from gil_core.learned.state import LearnedState, read_state, state_key, write_state
+from gil_core.learned.state import LearnedState, read_state, state_key, task_key, write_state
 from gil_core.llm.ports import EmbeddingModel
 from gil_core.llm.recorder import current_trace_id
 from gil_core.llm.trace_vectors import TraceVectorCache
@@ -49,11 +48,6 @@ _KEEP_FILES = 2  # the newest fits kept per tree and embedder (an older one is a
 
 class LearnedStateWarning(UserWarning):
     """A stored learned state could not be used and was refit from the log."""
-
-
-def task_key(task: str) -> str:
-    """The folder name of a task's learned states: a hash, so that no task name becomes a path."""
-    return hashlib.sha256(task.encode("utf-8")).hexdigest()[:24]
 
 
 class Learner:

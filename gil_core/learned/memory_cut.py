@@ -24,21 +24,36 @@ each compared with its nearest earlier confirmed request whatever chose that one
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from gil_core.memory.evidence import wilson_lower_bound
 
-if TYPE_CHECKING:
-    from gil_core.learned.log import LearnedLog
-
 __all__ = ["MemoryCut", "MemoryRule", "fit_memory_cut"]
 
 MemoryRule = Literal["configured", "proven", "raised", "off"]
+
+
+class _ConfirmedView(Protocol):
+    @property
+    def option(self) -> str | None: ...
+    @property
+    def chosen_by(self) -> str: ...
+
+
+class _ConfirmedLog(Protocol):
+    """What the cut reads of the log: ``learned.log.LearnedLog`` is one (taken as this port, not imported: the
+    log reads the feedback queue, which reads the learned states, which hold a ``MemoryCut``)."""
+
+    @property
+    def confirmed(self) -> Sequence[_ConfirmedView]: ...
+    @property
+    def vectors(self) -> NDArray[np.float32]: ...
+
 
 _BLOCK = 256
 
@@ -107,7 +122,9 @@ def nearest_earlier(vectors: NDArray[np.float32], latest: int) -> NDArray[np.int
     return nearest
 
 
-def fit_memory_cut(log: LearnedLog, *, configured: float, precision: float, min_support: int, window: int) -> MemoryCut:
+def fit_memory_cut(
+    log: _ConfirmedLog, *, configured: float, precision: float, min_support: int, window: int
+) -> MemoryCut:
     """The cut the log supports (module doc)."""
     vectors, options = log.vectors, [item.option for item in log.confirmed]
     nearest = nearest_earlier(vectors, window) if len(vectors) > 1 else np.full(len(vectors), -1, dtype=np.int64)

@@ -157,6 +157,11 @@ class LearnedState:
         return (self.task, self.tree_sha256, self.embedder) == (task, tree_sha256, embedder)
 
 
+def task_key(task: str) -> str:
+    """The folder name of a task's learned states: a hash, so that no task name becomes a path."""
+    return hashlib.sha256(task.encode("utf-8")).hexdigest()[:24]
+
+
 def state_key(tree_sha256: str, embedder: str) -> str:
     digest = hashlib.sha256(embedder.encode("utf-8")).hexdigest()
     return f"{tree_sha256[:16]}-{digest[:12]}"
