@@ -9,7 +9,6 @@ by ticket id), so a run may span several sittings.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -19,6 +18,7 @@ from typing import Any
 import polars as pl
 
 from benchmarks._quality_streams import Request
+from gil_core.atomic import atomic_write_text
 from gil_core.batch import Ticket, Verdict, apply_verdicts, resolve_batch, ticket_trace_id
 from gil_core.llm import ChatModel
 from gil_core.runtime import open_runtime
@@ -181,6 +181,4 @@ def _record(
 
 
 def _write(path: Path, records: Sequence[Record]) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps([asdict(record) for record in records], ensure_ascii=False), encoding="utf-8")
-    os.replace(temporary, path)
+    atomic_write_text(path, json.dumps([asdict(record) for record in records], ensure_ascii=False))

@@ -5,7 +5,6 @@ same disk."""
 from __future__ import annotations
 
 import cProfile
-import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from benchmarks._report import HotSpot, Row, Section, hot_spot_table, hot_spots, latency_text, percentile, verdict
+from gil_core.atomic import atomic_write_bytes
 from gil_core.telemetry import CallRecord, TelemetryStore, TraceRecord, utc_now
 from gil_core.telemetry.records import CandidateShown
 
@@ -54,17 +54,7 @@ class TelemetryFigures:
 
 def _durable_write(folder: Path, payload: bytes) -> None:
     """The floor of one acknowledged write: temporary file, fsync, rename, fsync of the folder."""
-    temporary = folder / f".{uuid.uuid4().hex}.tmp"
-    with temporary.open("wb") as file:
-        file.write(payload)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, folder / f"{uuid.uuid4().hex}.bin")
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    atomic_write_bytes(folder / f"{uuid.uuid4().hex}.bin", payload)
 
 
 def _request_records(index: int) -> tuple[TraceRecord, list[CallRecord]]:

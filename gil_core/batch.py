@@ -15,7 +15,6 @@ import asyncio
 import hashlib
 import itertools
 import json
-import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -35,6 +34,7 @@ from gil_core._ticket_files import (
     read_tickets,
     read_verdicts,
 )
+from gil_core.atomic import atomic_open
 from gil_core.batch_scope import batch_scope, new_batch_id
 from gil_core.errors import ConfigurationError, GilError, SchemaViolationError, TelemetryError, UnknownTraceError
 from gil_core.habits.attribution import habit_for_text
@@ -509,26 +509,17 @@ def write_results(
         if isinstance(tickets, BatchReport)
         else ((ticket.id, ticket_trace_id(task.name, ticket.id)) for ticket in tickets)
     )
-    out = Path(out)
-    temporary = out.with_name(f".{out.name}.tmp")
     written = 0
     source = iter(pairs)
-    try:
-        with temporary.open("w", encoding="utf-8") as handle:
-            while part := list(itertools.islice(source, _RESULTS_WINDOW)):
-                rows = _result_rows(store, [trace_id for _, trace_id in part])
-                for ticket_id, trace_id in part:
-                    row = rows.get(trace_id)
-                    if row is not None:
-                        handle.write(json.dumps(_result_line(task, ticket_id, trace_id, row), ensure_ascii=False))
-                        handle.write("\n")
-                        written += 1
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, out)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    with atomic_open(out) as handle:
+        while part := list(itertools.islice(source, _RESULTS_WINDOW)):
+            rows = _result_rows(store, [trace_id for _, trace_id in part])
+            for ticket_id, trace_id in part:
+                row = rows.get(trace_id)
+                if row is not None:
+                    handle.write(json.dumps(_result_line(task, ticket_id, trace_id, row), ensure_ascii=False))
+                    handle.write("\n")
+                    written += 1
     return written
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from gil_core.atomic import atomic_write_text
 from gil_core.errors import ConfigurationError
 from gil_core.habits.deactivation import (
     DeactivationPolicy,
@@ -120,7 +121,7 @@ class ReviewList:
     def write(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.to_yaml(), encoding="utf-8")
+        atomic_write_text(path, self.to_yaml())
         return path
 
 
@@ -300,7 +301,7 @@ _VERSION = re.compile(r"^(?P<stem>.+)\.v(?P<number>\d+)$")
 def write_tree_version(tree: Tree, source: str | Path) -> Path:
     """Write ``tree`` (compact YAML, so it diffs cleanly against ``source``) as the next version beside
     ``source``: ``support.yaml`` → ``support.v2.yaml`` → ``support.v3.yaml``; an existing file is never
-    overwritten."""
+    overwritten, and the new one appears whole (``gil_core.atomic``)."""
     source = Path(source)
     match = _VERSION.match(source.stem)
     stem, number = (match["stem"], int(match["number"])) if match else (source.stem, 1)
@@ -309,8 +310,7 @@ def write_tree_version(tree: Tree, source: str | Path) -> Path:
         number += 1
         path = source.with_name(f"{stem}.v{number}{source.suffix}")
         try:
-            with path.open("x", encoding="utf-8") as handle:
-                handle.write(text)
+            atomic_write_text(path, text, overwrite=False)
             return path
         except FileExistsError:
             continue

@@ -32,6 +32,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_random
 
 from gil_core._redaction import REDACTED, redact_secrets
+from gil_core.atomic import atomic_write_bytes, fsync_directory
 from gil_core.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -332,18 +333,9 @@ class LocalFolder:
         # its errno, and a full disk must be told apart (an OSError with ENOSPC) from a bad frame.
         encoded = io.BytesIO()
         frame.write_parquet(encoded, compression=_LOCAL_COMPRESSION, metadata=metadata)
-        temporary = self._path / f".{name}.tmp"
+        atomic_write_bytes(self._path / name, encoded.getbuffer(), sync_folder=False)
         try:
-            with open(temporary, "wb") as handle:
-                handle.write(encoded.getbuffer())
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, self._path / name)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
-        try:
-            _fsync_directory(self._path)
+            fsync_directory(self._path)
         except OSError:
             (self._path / name).unlink(missing_ok=True)  # raising says "not written": take the file back
             raise
@@ -354,7 +346,7 @@ class LocalFolder:
             (self._path / name).unlink(missing_ok=True)
             removed = True
         if removed:
-            _fsync_directory(self._path)
+            fsync_directory(self._path)
 
     def read_bytes(self, name: str) -> bytes:
         return (self._path / name).read_bytes()
@@ -364,8 +356,8 @@ class LocalFolder:
             raise ConfigurationError(f"{self.where}: cannot move {name} into {target.where}, a folder of another kind")
         target._ensure()
         os.replace(self._path / name, target._path / name)  # one rename: the file is in exactly one folder
-        _fsync_directory(target._path)
-        _fsync_directory(self._path)
+        fsync_directory(target._path)
+        fsync_directory(self._path)
 
     def walk(self) -> list[str]:
         found = []
@@ -401,7 +393,7 @@ class LocalFolder:
             return
         if not self._path.is_dir():
             self._path.mkdir(parents=True, exist_ok=True)
-            _fsync_directory(self._path.parent)  # the folder's own entry must be durable before files inside it
+            fsync_directory(self._path.parent)  # the folder's own entry must be durable before files inside it
         self._ready = True
 
 
@@ -538,11 +530,3 @@ class ObjectFolder:
     def _put_empty(self, name: str) -> None:
         with self._make_filesystem().open_output_stream(f"{self._bucket_path}/{name}") as stream:
             stream.write(b"")
-
-
-def _fsync_directory(folder: Path) -> None:
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)

@@ -25,6 +25,7 @@ from typing import Any, Self
 import httpx
 from filelock import FileLock
 
+from gil_core.atomic import atomic_write_text
 from gil_core.errors import ConfigurationError, ModelUnavailableError
 from gil_core.llm.openai_compat import OpenAICompatibleChatModel
 from gil_core.local._llama_server import OWNER_ENV
@@ -398,9 +399,7 @@ class LocalLLMServer:
 
     def _write_state(self) -> None:
         assert self._pid is not None and self._port is not None
-        temporary = self._state_path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(asdict(self._state(self._pid, self._port))), encoding="utf-8")
-        os.replace(temporary, self._state_path)
+        atomic_write_text(self._state_path, json.dumps(asdict(self._state(self._pid, self._port))))
 
     def _forget_state(self, pid: int) -> None:
         with FileLock(str(self._state_path) + ".lock", timeout=30.0), contextlib.suppress(OSError, ValueError):

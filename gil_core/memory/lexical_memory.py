@@ -14,9 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -26,6 +24,7 @@ import numpy as np
 from filelock import FileLock
 from numpy.typing import NDArray
 
+from gil_core.atomic import atomic_open
 from gil_core.errors import MemoryUnavailableError
 from gil_core.memory._rules import check_k, check_threshold, latest_per_key, search_results
 from gil_core.memory.ports import MemoryEntry, Recall
@@ -246,26 +245,5 @@ def _write_entries(file: Path, task: str, entries: Iterable[MemoryEntry], *, mod
     newer version (an inode can be reused, and two writes can share a clock tick and a size).
     """
     rows = ({"task": task, "key": e.key, "text": e.text, "answer": e.answer} for e in entries)
-    temporary = file.with_name(f".{file.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with temporary.open("w", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.utime(temporary, ns=(modified_ns, modified_ns))
-        os.replace(temporary, file)
-    finally:
-        temporary.unlink(missing_ok=True)
-    _fsync_directory(file.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    # The rename itself is durable only once the directory is synced (POSIX); Windows cannot open directories.
-    try:
-        descriptor = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    with atomic_open(file, modified_ns=modified_ns) as handle:
+        handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from gil_core._config_yaml import BoundedLoader, YAMLLimitError, read_config_text
+from gil_core.atomic import atomic_write_text
 from gil_core.errors import TreeFileError
 from gil_core.ontology.labels import LabelScheme
 from gil_core.ontology.lint import check_tree
@@ -213,8 +214,8 @@ def dump_tree(tree: Tree | Node) -> str:
 
 
 def write_tree(tree: Tree | Node, path: str | Path) -> None:
-    """Write the compact YAML of a tree to ``path`` (UTF-8)."""
-    Path(path).write_text(dump_tree(tree), encoding="utf-8")
+    """Write the compact YAML of a tree to ``path`` (UTF-8), atomically: a reader sees the old tree or the new."""
+    atomic_write_text(path, dump_tree(tree))
 
 
 class _Dumper(yaml.SafeDumper):

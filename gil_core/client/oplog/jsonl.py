@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gil_core.atomic import atomic_write_text
 from gil_core.client.oplog._base import OperationLogBase, of_task
 from gil_core.client.oplog.ports import OperationEntry
 from gil_core.errors import ConfigurationError, TelemetryError
@@ -132,18 +133,4 @@ class JsonLinesOperationLog(OperationLogBase):
         # A stamp that never repeats in this process keeps file names in write order.
         self._last_stamp = max(time.time_ns(), self._last_stamp + 1)
         name = f"{self._last_stamp:020d}-{os.getpid()}-{secrets.token_hex(4)}{_SUFFIX}"
-        temporary = self._folder / f".{name}.tmp"
-        try:
-            with temporary.open("w", encoding="utf-8") as handle:
-                handle.write("".join(_to_json(entry) + "\n" for entry in batch))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, self._folder / name)
-        except OSError:
-            temporary.unlink(missing_ok=True)
-            raise
-        descriptor = os.open(self._folder, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+        atomic_write_text(self._folder / name, "".join(_to_json(entry) + "\n" for entry in batch))
