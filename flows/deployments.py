@@ -1,4 +1,4 @@
-"""Every flow as a deployment with its default schedule (ARCHITECTURE.md, "Flows"), served by ``gil serve``."""
+"""Every flow as a deployment with its default schedule (docs/architecture.md, "Flows"), served by ``gil serve``."""
 
 from __future__ import annotations
 

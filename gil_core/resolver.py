@@ -1,7 +1,7 @@
 """The resolver: memory, then the tree, then the habit's output, then narrowed and finally full generation.
 
 Every request ends in exactly one stored trace with its priced calls; feedback on it teaches memory and the
-habit statistics. See ARCHITECTURE.md, "The way of one request".
+habit statistics. See docs/architecture.md, "The way of one request".
 """
 
 from __future__ import annotations

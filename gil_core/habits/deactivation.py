@@ -67,7 +67,7 @@ class ReliabilityWeights:
 
 @dataclass(frozen=True, slots=True)
 class DeactivationPolicy:
-    """When a habit is proposed for retirement (``REFERENCE.md``, "Review rounds")."""
+    """When a habit is proposed for retirement (docs/reference.md, "Review rounds")."""
 
     half_life: float
     stale_below: float

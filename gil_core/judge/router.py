@@ -1,7 +1,7 @@
 """The judgment router: a cheap reflex first, a deliberate judge only when the reflex is unsure, and a scoped
 memory of what was served in front of both.
 
-Per request, in order (REFERENCE.md, "The judgment router"):
+Per request, in order (docs/reference.md, "The judgment router"):
 
 1. Memory: a stored answer for the same scope {tenant, schema}, primitive and subject (options, criterion or
    question) is re-validated (rebuilt as its value object, its options checked) and served, route ``cache``.

@@ -1,4 +1,4 @@
-"""The energy model: what one model call costs, linear in its token counts (REFERENCE.md, "Pricing").
+"""The energy model: what one model call costs, linear in its token counts (docs/reference.md, "Pricing").
 
 Every recorded call carries an energy priced by this model, so costs of different models and servers add up in
 one unit. Until coefficients are fitted from server timings, ``EnergyModel.tokens()`` prices a call at its

@@ -1,6 +1,6 @@
 """The telemetry tables, declared once as pandera models (polars backend): names, dtypes, cheap value checks.
 
-Table and column names are the reference's (REFERENCE.md, "Telemetry layout"); columns may be added at
+Table and column names are the reference's (docs/reference.md, "Telemetry layout"); columns may be added at
 the end, never renamed or repurposed. Ids and text are Utf8, JSON columns are Utf8 holding compact JSON,
 timestamps are microsecond UTC datetimes, counts Int64, measures Float64. A column is nullable exactly where
 the records in ``records.py`` allow a missing value. ``TelemetryStore`` validates every write with

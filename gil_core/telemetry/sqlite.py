@@ -1,6 +1,6 @@
 """SQLite interop: ``export_sqlite`` writes a store in the reference's SQLite layout, ``import_sqlite`` reads one back.
 
-The layout is REFERENCE.md's "Telemetry layout": the ten tables, their columns in order, a primary key per table
+The layout is docs/reference.md, "Telemetry layout": the ten tables, their columns in order, a primary key per table
 (``schemas.KEYS``; the counter tables are keyed by their counter key; ``reviews`` has none). Values:
 
 * text, ids and JSON columns are ``TEXT``, copied verbatim (JSON stays as stored: compact, snake_case keys,

@@ -1,5 +1,5 @@
 """Reading the log: what a task's traces say about accuracy per mode, habit and memory use, cost over time and
-misroutes (REFERENCE.md, "Stats"), for ``gil stats`` and the review flows.
+misroutes (docs/reference.md, "Stats"), for ``gil stats`` and the review flows.
 
 Everything is one lazy Polars plan over the store's tables (scan, filter, join, group-by), never a loop over rows:
 a store holds millions of traces and the answer has to come back in well under a second (BENCHMARKS.md, "Stats

@@ -42,7 +42,7 @@ def test_importing_all_of_gil_core_loads_no_prefect() -> None:
     assert result.stdout.strip() == "False"
 
 
-# Lower layers never import higher ones (ARCHITECTURE.md, "Which way imports point").
+# Lower layers never import higher ones (docs/architecture.md, "Which way imports point").
 LAYERS = {
     "gil_core.telemetry": {"gil_core.llm", "gil_core.judge", "gil_core.traverse", "gil_core.ontology"},
     "gil_core.ontology": {"gil_core.llm", "gil_core.judge", "gil_core.traverse"},

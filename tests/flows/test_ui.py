@@ -69,7 +69,7 @@ SCRIPTS = {
     "how long does delivery take?": Script(route=["shipping", "delivery time"]),
     "what does shipping cost?": Script(route=["shipping", "shipping cost"]),
 }
-# ARCHITECTURE.md, "Flows": the default schedule of each deployment.
+# docs/architecture.md, "Flows": the default schedule of each deployment.
 EXPECTED_SCHEDULES = {
     "resolve-batch": ("interval", timedelta(minutes=5)),
     "apply-feedback": ("interval", timedelta(minutes=5)),

@@ -40,7 +40,7 @@ def verdict(
 
 
 async def apply_live(memory: Memory, event: FeedbackEvent) -> None:
-    """Feedback as the resolver applies it, one verdict at a time (REFERENCE, Resolver: Feedback)."""
+    """Feedback as the resolver applies it, one verdict at a time (docs/reference.md, "Feedback")."""
     if event.verdict == "wrong" and event.mode == "memory" and event.recall_source is not None:
         await memory.forget(TASK, event.recall_source)
     answer = ((event.output if event.verdict == "correct" else event.correction) or "").strip()

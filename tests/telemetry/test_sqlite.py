@@ -33,7 +33,7 @@ from gil_core.telemetry.sqlite import (
 )
 from gil_core.testing import write_compat_fixture
 
-# REFERENCE.md, "Telemetry layout (the contract)", copied by hand: the export must match it, not our schemas.
+# docs/reference.md, "Telemetry layout", copied by hand: the export must match it, not our schemas.
 REFERENCE_LAYOUT = {
     "traces": (
         "trace_id", "created_at", "task", "state", "mode", "path", "output", "confidence", "energy",
