@@ -52,11 +52,11 @@ from gil_core.fallback import TreeAnswerContract
 from gil_core.learned import fit_state
 from gil_core.learned.log import Confirmed, LearnedLog, Logged, VerdictDigest
 from gil_core.llm.ports import Completion, Message
-from gil_core.memory.evidence import wilson_lower_bound
 from gil_core.ontology import Tree
 from gil_core.taskfile import TaskFile, load_task_file, with_overrides
 from gil_core.tasks import LearnedPolicy, TaskDefinition
 from gil_core.testing import ScriptedChatModel, ScriptedReply
+from gil_core.wilson import wilson_interval
 
 WORK = ROOT / ".gil" / "bench" / "learned"
 COMMAND = "uv run --extra local python -m benchmarks.learned"
@@ -67,7 +67,6 @@ SAMPLE = 300  # the LLM baselines' sample on longer streams
 LOCO_TRAIN = 150
 LOCO_SENT = 50
 GROUPED_AFTER = 20
-Z = 1.959963984540054
 
 
 def assistant_stream() -> Stream:
@@ -262,12 +261,7 @@ async def run_loco(spec: StreamSpec, work: Path, *, written_only: bool = False) 
 
 
 def wilson(k: int, n: int) -> tuple[float, float]:
-    if n == 0:
-        return (math.nan, math.nan)
-    p = k / n
-    centre = (p + Z * Z / (2 * n)) / (1 + Z * Z / n)
-    half = Z * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n)) / (1 + Z * Z / n)
-    return (wilson_lower_bound(k, n), min(1.0, centre + half))
+    return (math.nan, math.nan) if n == 0 else wilson_interval(k, n)
 
 
 def pct(value: float) -> str:

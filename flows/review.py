@@ -37,7 +37,6 @@ from flows._prefect import artifact_key, gil_task
 from flows._progress import FlowProgress, task_progress
 from gil_core.habits.deactivation import ReliabilityCounts, read_reliability
 from gil_core.habits.review_log import Decision, ReviewDecision, ReviewKind, ReviewLog
-from gil_core.memory import wilson_lower_bound
 from gil_core.reviews import (
     ItemDecision,
     ReviewList,
@@ -50,6 +49,7 @@ from gil_core.reviews import (
 from gil_core.runtime import open_runtime
 from gil_core.taskfile import TaskFile, load_task_file
 from gil_core.telemetry import TelemetryStore, utc_now
+from gil_core.wilson import wilson_interval
 
 DECISION_TIMEOUT = 7 * 24 * 3600  # a round started by hand waits up to a week for its decisions
 # A weekly scheduled round gives up a day before the next one asks the same questions again.
@@ -92,11 +92,6 @@ async def publish(review: ReviewList, task_file: str) -> str:
 
 
 # -- what a person sees -----------------------------------------------------------------------------------------
-
-
-def wilson_interval(successes: int, trials: int) -> tuple[float, float]:
-    """The 95% Wilson score interval of ``successes`` in ``trials`` (both ends from the lower bound)."""
-    return wilson_lower_bound(successes, trials), 1.0 - wilson_lower_bound(trials - successes, trials)
 
 
 def share(successes: int, trials: int, of: str) -> str:

@@ -61,9 +61,9 @@ from gil_core.judge.reflex import candidate_text
 from gil_core.learned.log import LearnedLog, Logged, confirmed_path
 from gil_core.learned.memory_cut import fit_memory_cut
 from gil_core.learned.state import SERVING_RULES, LearnedState, NodeModel, Rule
-from gil_core.memory.evidence import wilson_lower_bound
 from gil_core.ontology.model import Node, Option, Tree
 from gil_core.tasks import LearnedPolicy
+from gil_core.wilson import wilson_lower_bound
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")

@@ -31,7 +31,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from gil_core.memory.evidence import wilson_lower_bound
+from gil_core.wilson import wilson_lower_bound
 
 __all__ = ["MemoryCut", "MemoryRule", "fit_memory_cut"]
 

@@ -19,23 +19,9 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from gil_core.errors import ConfigurationError
+from gil_core.wilson import wilson_lower_bound
 
 __all__ = ["EntryEvidence", "MemoryEvidence", "wilson_lower_bound"]
-
-_Z95 = 1.959963984540054
-
-
-def wilson_lower_bound(successes: int, trials: int, z: float = _Z95) -> float:
-    """The lower end of the Wilson score interval; 0.0 with no trials or no successes."""
-    if trials < 0 or not 0 <= successes <= trials:
-        raise ConfigurationError(f"need 0 ≤ successes ≤ trials, got {successes} of {trials}")
-    if trials == 0 or successes == 0:
-        return 0.0
-    p = successes / trials
-    z2 = z * z
-    centre = p + z2 / (2 * trials)
-    half = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials))
-    return max(0.0, (centre - half) / (1 + z2 / trials))
 
 
 @dataclass
