@@ -45,20 +45,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
 from gil_core.errors import LearnedStateError
-from gil_core.learned.state import SERVING_RULES, LearnedState, NodeModel
+from gil_core.learned.state import SERVING_RULES, LearnedState, NodeModel, task_key
 from gil_core.ontology.model import Tree
 from gil_core.storage import Folder
 from gil_core.telemetry import TelemetryStore, utc_now
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "DEFAULT_RANDOM_SHARE",
@@ -307,9 +304,6 @@ def _queue_chance(position: int, total: int, drawn: int, slots: int) -> float:
 
 def queue_folder(store: TelemetryStore, task: str) -> Folder:
     """Where ``task``'s issued queues are kept: the store's side folder ``queue/<task key>/``."""
-    # Imported here: the learner imports the log, which reads issued queues through this module.
-    from gil_core.learned.learner import task_key
-
     return store.side_folder("queue", task_key(task))
 
 
