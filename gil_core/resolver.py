@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
+from cachetools import FIFOCache
 
 from gil_core.batch_scope import current_batch
 from gil_core.client import build_chat_stack
@@ -122,8 +123,9 @@ class Resolver:
         self._configs: dict[str, dict[str, Any]] = {}
         self._configured: dict[str, TaskDefinition] = {}  # the definition whose configuration was recorded last
         # Rows of traces this resolver stored recently: feedback usually follows soon, and a scan of the
-        # traces table costs a read of every file in it.
-        self._recent: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        # traces table costs a read of every file in it. The oldest stored goes first: a read keeps a row no longer.
+        self._recent: FIFOCache[str, dict[str, Any]] = FIFOCache(_RECENT_TRACES)
+        self._recent_lock = threading.Lock()  # cachetools caches are not thread-safe
         self._shadows: dict[str, Mapping[str, list[Candidate]]] = {}
         self._answer_indexes: dict[str, AnswerIndex] = {}
 
@@ -517,7 +519,8 @@ class Resolver:
         return len(await self._memory.entries(task.name))
 
     def _trace_row(self, task: str, trace_id: str) -> dict[str, Any]:
-        row = self._recent.get(trace_id)
+        with self._recent_lock:
+            row = self._recent.get(trace_id)
         if row is None:
             rows = self._store.rescanning(
                 lambda: self._store.scan("traces").filter(pl.col("trace_id") == trace_id).collect()
@@ -533,10 +536,8 @@ class Resolver:
     # -- helpers ------------------------------------------------------------------------------------------
 
     def _remember_row(self, trace_id: str, row: dict[str, Any]) -> None:
-        self._recent[trace_id] = row
-        self._recent.move_to_end(trace_id)
-        while len(self._recent) > _RECENT_TRACES:
-            self._recent.popitem(last=False)
+        with self._recent_lock:
+            self._recent[trace_id] = row
 
     def _chat_for(self, task: TaskDefinition) -> ChatModel:
         """The recorded chat model behind the task's client stack (cache → log → limiter), one per schema."""

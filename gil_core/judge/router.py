@@ -21,13 +21,15 @@ similar stored request of the same scope, primitive and subject whose cosine rea
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
+
+from cachetools import Cache, LRUCache
 
 from gil_core.errors import ConfigurationError, ModelError
 from gil_core.judge.primitives import (
@@ -129,6 +131,7 @@ class _Stored:
     key: JudgmentKey
     payload: Mapping[str, Any]
     vector: tuple[float, ...] | None
+    used: int  # when it was last stored or served: of equally similar entries, the latest used answers
 
 
 class InProcessJudgmentMemory:
@@ -151,9 +154,9 @@ class InProcessJudgmentMemory:
             )
         self._embedder = embedder
         self._threshold = similarity_threshold
-        self._capacity = capacity
-        self._entries: OrderedDict[str, _Stored] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: LRUCache[str, _Stored] = LRUCache(capacity)
+        self._uses = itertools.count()
+        self._lock = threading.Lock()  # cachetools caches are not thread-safe: one lock guards every access
 
     async def lookup(self, key: JudgmentKey) -> Mapping[str, Any] | None:
         digest = await self._find(key)
@@ -163,17 +166,14 @@ class InProcessJudgmentMemory:
             stored = self._entries.get(digest)
             if stored is None:  # dropped by another task meanwhile
                 return None
-            self._entries.move_to_end(digest)
+            stored.used = next(self._uses)
             return stored.payload
 
     async def store(self, key: JudgmentKey, payload: Mapping[str, Any]) -> None:
         vector = await self._embed(key.request) if self._embedder is not None else None
         with self._lock:
             digest = key.digest()
-            self._entries[digest] = _Stored(key, dict(payload), vector)
-            self._entries.move_to_end(digest)
-            while len(self._entries) > self._capacity:
-                self._entries.popitem(last=False)
+            self._entries[digest] = _Stored(key, dict(payload), vector, next(self._uses))
 
     async def forget(self, key: JudgmentKey) -> None:
         """Drops the entry a lookup of ``key`` would return now."""
@@ -191,11 +191,15 @@ class InProcessJudgmentMemory:
         with self._lock:
             if digest in self._entries:
                 return digest
-            group = [(d, s.vector) for d, s in self._entries.items() if s.key.group == key.group and s.vector]
+            group = []
+            for held in self._entries:
+                stored = Cache.__getitem__(self._entries, held)  # a look, not a use: LRUCache's [] would reorder
+                if stored.key.group == key.group and stored.vector:
+                    group.append((held, stored.vector, stored.used))
         if self._embedder is None or not group:
             return None
-        similarities = _cosines(await self._embed(key.request), [vector for _, vector in group if vector])
-        best = max(range(len(group)), key=lambda index: (similarities[index], index))
+        similarities = _cosines(await self._embed(key.request), [vector for _, vector, _ in group if vector])
+        best = max(range(len(group)), key=lambda index: (similarities[index], group[index][2]))
         return group[best][0] if similarities[best] >= self._threshold else None
 
     async def _embed(self, text: str) -> tuple[float, ...]:

@@ -19,7 +19,6 @@ import asyncio
 import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast, overload
 from weakref import WeakKeyDictionary
 
 import numpy as np
+from cachetools import LRUCache
 from numpy.typing import NDArray
 
 from gil_core.errors import GilError, MemoryUnavailableError
@@ -153,20 +153,18 @@ class _QueryVectors:
     """A small LRU of query vectors by (task, text), so ``remember`` right after ``lookup`` embeds nothing."""
 
     def __init__(self, size: int) -> None:
-        self._size = size
-        self._items: OrderedDict[tuple[str, str], _Vectors] = OrderedDict()
+        self._items: LRUCache[tuple[str, str], _Vectors] = LRUCache(max(0, size))
+        self._lock = threading.Lock()  # one memory may serve several event loops' threads; cachetools is not safe
 
     def get(self, task: str, text: str) -> _Vectors | None:
-        vector = self._items.get((task, text))
-        if vector is not None:
-            self._items.move_to_end((task, text))
-        return vector
+        with self._lock:
+            return self._items.get((task, text))
 
     def put(self, task: str, text: str, vector: _Vectors) -> None:
-        self._items[(task, text)] = vector
-        self._items.move_to_end((task, text))
-        while len(self._items) > self._size:
-            self._items.popitem(last=False)
+        if self._items.maxsize == 0:
+            return  # a size of 0 keeps nothing (LRUCache would raise)
+        with self._lock:
+            self._items[(task, text)] = vector
 
 
 class LanceDBMemory:

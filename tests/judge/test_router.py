@@ -201,6 +201,22 @@ async def test_the_memory_keeps_the_most_recently_used_entries() -> None:
     assert await memory.lookup(keys[1]) is None and await memory.lookup(keys[0]) == {"n": 0}
 
 
+async def test_a_semantic_search_uses_no_entry_and_the_latest_used_of_equals_answers() -> None:
+    memory = InProcessJudgmentMemory(embedder=HashEmbeddingModel(), similarity_threshold=0.99, capacity=2)
+    first, second = (JudgmentKey(SCOPE, "ask", text, ("q",)) for text in ("Where is my parcel", "WHERE IS MY PARCEL"))
+    await memory.store(first, {"n": 1})
+    await memory.store(second, {"n": 2})
+    alike = JudgmentKey(SCOPE, "ask", "where is my parcel", ("q",))  # embeds as both do, matches neither exactly
+    await memory.lookup(first)
+    assert await memory.lookup(alike) == {"n": 1}
+    await memory.lookup(second)
+    assert await memory.lookup(alike) == {"n": 2}
+    await memory.lookup(first)  # least recently used: the second; a search looking at both must not change that
+    assert await memory.lookup(JudgmentKey(SCOPE, "ask", "an unrelated question", ("q",))) is None
+    await memory.store(JudgmentKey(SCOPE, "ask", "a third request", ("q",)), {"n": 3})
+    assert await memory.lookup(first) == {"n": 1} and await memory.lookup(second) == {"n": 1}  # the second is gone
+
+
 def logprobs(*pairs: tuple[str, float]) -> list[tuple[str, float | None]]:
     return [(token, math.log(p)) for token, p in pairs]
 
