@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gil_core._lazy import lazy_names
+from gil_core.llm import ports as _ports
 
 if TYPE_CHECKING:
     from gil_core.llm.openai_compat import OpenAICompatibleChatModel, OpenAICompatibleEmbeddingModel
@@ -32,16 +33,7 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "gil_core.llm.openai_compat": ("OpenAICompatibleChatModel", "OpenAICompatibleEmbeddingModel"),
-    "gil_core.llm.ports": (
-        "ChatModel",
-        "Completion",
-        "EmbeddingModel",
-        "Embeddings",
-        "Message",
-        "ServerTimings",
-        "TokenLogprob",
-        "Usage",
-    ),
+    "gil_core.llm.ports": tuple(_ports.__all__),  # light: value objects and protocols only
     "gil_core.llm.recorder": (
         "CallRecorder",
         "CallScope",
