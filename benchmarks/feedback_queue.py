@@ -299,7 +299,17 @@ TUNING_NOTE = (
     "0.1: +3.4 / +4.7 (home / assistant); uncertainty 0.9, rule 0.1: as uncertainty alone (no node comes near "
     "changing its rule here). Also tried and not kept: passing over a request whose cosine to one already queued is "
     "≥ 0.9 (+4.7 / +4.5) or ≥ 0.8 (+3.4 / +4.3); the leaf's margin instead of the walk's smallest (+3.1 / +4.5); "
-    "1 − the walk's probability (+4.8 / +2.1)."
+    "1 − the walk's probability (+4.8 / +2.1). Tried on 2026-12-02 on the same tuning shuffles (home / assistant / "
+    "support; uncertainty alone there: +4.9 / +4.5 / +3.9), none kept: the margin weighted by the request's "
+    "density (mean cosine to its 10 nearest unconfirmed requests, to the power 1, 2, 4): +1.1 / +1.1 / −4.8, "
+    "+0.3 / −0.4 / −4.7, −1.3 / −0.9 / −6.1; one pick per k-means cluster of the 3× or 6× most uncertain: "
+    "+3.9 / +4.0 / +6.4, +4.2 / +4.4 / +6.1; the margin divided by (1 + the confirmed rows of the predicted "
+    "class)^γ, γ 0.5 and 1: +2.8 / +2.6 / +2.3, +2.0 / +2.6 / +1.7; a committee of the classifier and the "
+    "nearest exemplar (disagreement added, 0.3 or 1): +3.1 / +3.7 / +2.7, +3.1 / +3.7 / +2.4; picks drawn with "
+    "chance ∝ uncertainty³ or ⁸: +1.9 / +2.5 / +3.3, +2.8 / +3.6 / +4.8; the most uncertain three passed "
+    "over: +4.2 / +3.9 / +4.1; the root's margin alone: +2.4 / −1.9 / +4.5; the walk's summed "
+    "uncertainty: +3.6 / +0.4 / +3.6; 1 − the product of its margins: +3.1 / +4.7 / +4.9. The smallest margin "
+    "stays: nothing tried beat it on both long streams."
 )
 
 
