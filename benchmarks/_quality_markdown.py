@@ -4,7 +4,7 @@ for each missed target, the measurement that says where the miss comes from."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from benchmarks._quality_arms import MEMORY_THRESHOLD, REFLEX_THRESHOLD
 from benchmarks._quality_report import (
@@ -15,10 +15,8 @@ from benchmarks._quality_report import (
     ArmFigures,
     Interval,
 )
+from benchmarks._quality_results import QualityResults, StreamResult
 from benchmarks._quality_streams import PARAPHRASE_SHARE, ZIPF_EXPONENT
-
-if TYPE_CHECKING:
-    from benchmarks.quality import QualityResults, StreamResult
 
 SECTION = "Quality and cost (part A)"
 _HEADING = f"## {SECTION}"

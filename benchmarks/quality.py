@@ -24,22 +24,14 @@ import shutil
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 from benchmarks._quality_arms import ArmRun, run_arms, runs_from_json, runs_to_json
 from benchmarks._quality_markdown import SECTION, render_section, replace_section
 from benchmarks._quality_plots import plot_stream
-from benchmarks._quality_report import (
-    ArmFigures,
-    Prices,
-    arm_figures,
-    fit_prices,
-    generated_texts,
-    priced_calls,
-)
+from benchmarks._quality_report import arm_figures, fit_prices, generated_texts, priced_calls
+from benchmarks._quality_results import QualityResults, Sizes, StreamResult
 from benchmarks._quality_streams import STREAMS, Stream, StreamMissingError, repeating_stream
 from gil_core.ontology import Tree, TreeLintWarning
 from gil_core.telemetry import TelemetryStore
@@ -55,85 +47,14 @@ STARTUP_TIMEOUT_SECONDS = 300.0
 RUNS_FILE = "runs.json"  # every outcome of the run, for ``report`` (and ``--report-only``)
 
 
-@dataclass(frozen=True, slots=True)
-class Sizes:
-    """How much of each stream a run takes: ``requests`` per arm (1)-(3) and ``events`` of the repeating stream
-    over the same requests for arm (4); cost windows of ``window`` requests."""
-
-    streams: tuple[str, ...]
-    requests: int
-    events: int
-    window: int
-
-
 # Full size: about 3 x 30 + ~35 cold requests per stream at ~1-2 s each on 2 idle cores (~12 min in all).
 FULL = Sizes(("support", "home", "headlines"), requests=30, events=90, window=6)
 QUICK = Sizes(("support", "home"), requests=3, events=6, window=2)
 
 
-@dataclass
-class StreamResult:
-    """One stream's arms, or why it was skipped."""
-
-    name: str
-    title: str
-    source: str = ""
-    population: int = 0
-    skipped: str | None = None
-    arms: list[ArmFigures] = field(default_factory=list)
-    plot: Path | None = None
-    seconds: float = 0.0
-
-    def arm(self, key: str) -> ArmFigures | None:
-        return next((arm for arm in self.arms if arm.key == key), None)
-
-
-@dataclass
-class QualityResults:
-    """What ``run`` measured. ``section(plot_base)`` renders the BENCHMARKS.md section, linking the plots as
-    ``plot_base/<file name>``; ``markdown`` is the same with links into ``out_dir``."""
-
-    quick: bool
-    sizes: Sizes
-    out_dir: Path
-    day: str
-    seconds: float
-    prices: Prices
-    streams: list[StreamResult]
-    machine: str
-    markdown: str = ""
-
-    def section(self, plot_base: str) -> str:
-        return render_section(self, plot_base=plot_base, command=COMMAND + (" --quick" if self.quick else ""))
-
-    def plots(self) -> list[Path]:
-        return [stream.plot for stream in self.streams if stream.plot is not None]
-
-    def to_json(self) -> dict[str, Any]:
-        prices = self.prices
-        return {
-            "quick": self.quick,
-            "sizes": asdict(self.sizes),
-            "date": self.day,
-            "seconds": self.seconds,
-            "machine": self.machine,
-            "energy_model": {
-                "chat": asdict(prices.chat) if prices.chat is not None else None,
-                "embed": asdict(prices.embed) if prices.embed is not None else None,
-                "chat_samples": prices.chat_samples,
-                "embed_samples": prices.embed_samples,
-            },
-            "streams": [
-                {
-                    "stream": stream.name,
-                    "skipped": stream.skipped,
-                    "seconds": stream.seconds,
-                    "plot": str(stream.plot) if stream.plot else None,
-                    "arms": [arm.to_json() for arm in stream.arms],
-                }
-                for stream in self.streams
-            ],
-        }
+def section(results: QualityResults, plot_base: str) -> str:
+    """The BENCHMARKS.md section of ``results``, linking the plots as ``plot_base/<file name>``."""
+    return render_section(results, plot_base=plot_base, command=COMMAND + (" --quick" if results.quick else ""))
 
 
 def _log(message: str) -> None:
@@ -188,7 +109,7 @@ def report(out_dir: Path) -> QualityResults:
     results = QualityResults(
         record["quick"], sizes, out_dir, record["date"], record["seconds"], prices, streams, record["machine"]
     )
-    results.markdown = results.section("plots")
+    results.markdown = section(results, "plots")
     (out_dir / "quality.md").write_text(results.markdown, encoding="utf-8")
     (out_dir / "quality.json").write_text(json.dumps(results.to_json(), indent=2, default=str), encoding="utf-8")
     return results
@@ -264,11 +185,11 @@ def main(argv: list[str] | None = None) -> QualityResults:
         PLOTS_DIR.mkdir(parents=True, exist_ok=True)
         for plot in results.plots():
             shutil.copyfile(plot, PLOTS_DIR / plot.name)
-        section = results.section(PLOTS_DIR.relative_to(ROOT).as_posix())
+        markdown = section(results, PLOTS_DIR.relative_to(ROOT).as_posix())
         BENCHMARKS_FILE.write_text(
-            replace_section(BENCHMARKS_FILE.read_text(encoding="utf-8"), section), encoding="utf-8"
+            replace_section(BENCHMARKS_FILE.read_text(encoding="utf-8"), markdown), encoding="utf-8"
         )
-        print(section)
+        print(markdown)
         _log(f"[quality] wrote the section {SECTION!r} of {BENCHMARKS_FILE} and {len(results.plots())} plots")
     _log(f"[quality] {results.seconds:.0f} s in all; details in {out}")
     return results
