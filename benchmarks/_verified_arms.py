@@ -21,7 +21,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.memory_pairs import Decision, Lookup
+from benchmarks._pair_lookups import Decision, Lookup
 from gil_core.habits.thresholds import choose_memory_bands
 from gil_core.judge.verify import SameRequestVerifier, Verifier
 from gil_core.language import ENGLISH

@@ -33,6 +33,7 @@ from typing import Protocol
 
 import numpy as np
 
+from benchmarks._pair_lookups import Decision, Lookup, Pair
 from benchmarks._report import (
     Row,
     Section,
@@ -41,6 +42,7 @@ from benchmarks._report import (
     markdown_table,
     publish,
 )
+from benchmarks._verified_arms import subset, verification_arms
 from gil_core.habits.thresholds import choose_threshold
 from gil_core.llm.ports import EmbeddingModel
 from gil_core.memory import CallableEmbeddingModel, HitGuard, LanceDBMemory, MemoryEntry
@@ -61,46 +63,6 @@ _EMBED_BATCH = 256
 
 class PairsMissingError(FileNotFoundError):
     """The question pairs file is not where the benchmark reads it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Pair:
-    """Line ``line`` of the pairs file: ``b`` asks the same as ``a`` when ``duplicate``."""
-
-    line: int
-    a: str
-    b: str
-    duplicate: bool
-
-    @property
-    def key(self) -> str:
-        return f"pair-{self.line}"
-
-
-@dataclass(frozen=True, slots=True)
-class Lookup:
-    """``pair.b`` looked up in the memory of its half: the nearest remembered question and its similarity."""
-
-    pair: Pair
-    nearest: str
-    similarity: float
-
-    @property
-    def right(self) -> bool:
-        """Serving the nearest entry's answer is right: ``b`` asks what ``a`` asks, and the nearest entry is
-        ``a`` (or a question with exactly its text)."""
-        return self.pair.duplicate and self.nearest == self.pair.a
-
-
-@dataclass
-class Decision:
-    """What an arm did on the evaluation half: ``served[i]`` for each lookup, the threshold it used (None when
-    it found none), and figures of its own (e.g. the share that paid for a verification)."""
-
-    served: list[bool]
-    threshold: float | None
-    note: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 class Arm(Protocol):
@@ -353,8 +315,6 @@ async def measure(path: Path, *, quick: bool, workdir: Path) -> Results:
             FalseHitBudget(TARGET_FALSE_HITS, guard=True),
         ]
     ]
-    from benchmarks._verified_arms import subset, verification_arms  # issue #10's arms (they import this module)
-
     verified = []
     for verified_arm in verification_arms(quick):
         decision = await verified_arm.decide(calibration_lookups, evaluation_lookups)
