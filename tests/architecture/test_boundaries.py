@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
-from pathlib import Path
 
-import gil_core
+from tests.architecture._imports import ROOT, imported_modules, module_name, source_files
 
-PACKAGE = Path(gil_core.__file__).resolve().parent
-
-
-def imported_modules(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
+PACKAGE = ROOT / "gil_core"
 
 
 def test_no_module_of_gil_core_imports_prefect() -> None:
     offenders = [
         str(path.relative_to(PACKAGE))
-        for path in PACKAGE.rglob("*.py")
+        for path in source_files("gil_core")
         if any(name == "prefect" or name.startswith("prefect.") for name in imported_modules(path))
     ]
     assert offenders == []
@@ -33,10 +21,7 @@ def test_no_module_of_gil_core_imports_prefect() -> None:
 
 def test_importing_all_of_gil_core_loads_no_prefect() -> None:
     """Also catches an import done indirectly or at call time in a module's top level."""
-    modules = sorted(
-        "gil_core." + ".".join(p.relative_to(PACKAGE).with_suffix("").parts).removesuffix(".__init__")
-        for p in PACKAGE.rglob("*.py")
-    )
+    modules = sorted(module_name(path) for path in source_files("gil_core"))
     code = "import sys\n" + "".join(f"import {m}\n" for m in modules) + "print('prefect' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
@@ -53,8 +38,8 @@ LAYERS = {
 
 def test_imports_point_down_only() -> None:
     offenders = []
-    for path in PACKAGE.rglob("*.py"):
-        module = "gil_core." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+    for path in source_files("gil_core"):
+        module = module_name(path)
         for layer, forbidden in LAYERS.items():
             if module.startswith(layer):
                 bad = {name for name in imported_modules(path) if name.startswith(tuple(forbidden))}
