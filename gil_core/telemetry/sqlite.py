@@ -20,8 +20,6 @@ keeps the file's row order. A round trip into an empty store reads back identica
 
 from __future__ import annotations
 
-import os
-import secrets
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
@@ -30,6 +28,7 @@ from pathlib import Path
 
 import polars as pl
 
+from gil_core.atomic import replacing
 from gil_core.errors import TelemetryError
 from gil_core.telemetry.schemas import (
     COUNTERS,
@@ -132,7 +131,7 @@ def export_sqlite(store: TelemetryStore, out: Path) -> ExportReport:
     if _is_restricted(store):
         raise ExportRestrictedError(store.location)
     out = Path(out)
-    with _replacing(out) as temporary, _connect(temporary, out) as connection:
+    with replacing(out) as temporary, _connect(temporary, out) as connection:
         connection.execute("PRAGMA journal_mode=OFF")  # a fresh private file: the rename is the commit
         connection.execute("PRAGMA synchronous=OFF")  # synced once, as a whole, before the rename
         connection.execute("BEGIN")
@@ -191,26 +190,6 @@ def _sqlite_type(table: str, column: str, dtype: pl.DataType) -> str:
 
 def _quote(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
-
-
-@contextmanager
-def _replacing(out: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``out``; on success sync it and rename it to ``out``, else remove it."""
-    # a fresh name SQLite creates itself (umask permissions, unlike mkstemp's 0600); pid + randomness: no clash
-    temporary = out.parent / f".{out.name}.{os.getpid()}-{secrets.token_hex(6)}.tmp"
-    try:
-        yield temporary
-        with open(temporary, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(temporary, out)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    directory = os.open(out.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)  # the rename itself must survive a power loss
-    finally:
-        os.close(directory)
 
 
 @contextmanager
