@@ -19,6 +19,7 @@ import polars as pl
 from gil_core.errors import ConfigurationError
 from gil_core.telemetry._ports import StatsSource, TableScanner
 from gil_core.telemetry.energy import EnergyModel
+from gil_core.wilson import WILSON_Z, wilson_terms
 
 __all__ = [
     "WILSON_Z",
@@ -34,9 +35,6 @@ __all__ = [
     "price_expression",
     "wilson_bounds",
 ]
-
-WILSON_Z = 1.959963984540054
-"""The two-sided 95% normal quantile the reference uses for Wilson intervals."""
 
 _HABIT_PREFIX = "habit/"
 # A failed lookup's recall carries an ``error`` string (nulls are left out of the JSON). Keys are the store's
@@ -227,16 +225,18 @@ def wilson_bounds(correct: pl.Expr, judged: pl.Expr, z: float = WILSON_Z) -> tup
     Null when ``judged`` is 0. At the extremes the bounds are pinned, not computed: no success gives a low of
     exactly 0.0 and all successes a high of exactly 1.0 (floating point would land a hair off either way).
     """
-    n = judged.cast(pl.Float64)
-    k = correct.cast(pl.Float64)
-    p = k / n
-    z2 = z * z
-    scale = 1.0 + z2 / n
-    centre = (p + z2 / (2.0 * n)) / scale
-    half = z * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / scale
+    centre, half, scale = wilson_terms(correct.cast(pl.Float64), judged.cast(pl.Float64), z, pl.Expr.sqrt)
     judged_any = judged > 0
-    low = pl.when(~judged_any).then(None).when(correct == 0).then(0.0).otherwise((centre - half).clip(0.0, 1.0))
-    high = pl.when(~judged_any).then(None).when(correct == judged).then(1.0).otherwise((centre + half).clip(0.0, 1.0))
+    low = (
+        pl.when(~judged_any).then(None).when(correct == 0).then(0.0).otherwise(((centre - half) / scale).clip(0.0, 1.0))
+    )
+    high = (
+        pl.when(~judged_any)
+        .then(None)
+        .when(correct == judged)
+        .then(1.0)
+        .otherwise(((centre + half) / scale).clip(0.0, 1.0))
+    )
     return low, high
 
 
