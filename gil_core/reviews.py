@@ -1,10 +1,11 @@
 """Review rounds as a person sees them: a list of items to accept or reject, and what a decision does.
 
 A round (promotion, deactivation, differentiation) reads the log and writes its list as YAML. ``decide`` records
-one decision in the review log and, for an accepted promotion or retirement, rewrites the tree file in place (the
-``gil review decide`` command). ``apply_decisions`` takes a whole round's decisions at once (the form of a paused
-Prefect round): it records them all, writes what was accepted into a new version of the tree file beside the old
-one, and records the promotion round at the index its proposals were computed at.
+one decision in the review log and, for an accepted promotion or retirement, edits the tree file in place, its
+comments and key order kept (the ``gil review decide`` command). ``apply_decisions`` takes a whole round's
+decisions at once (the form of a paused Prefect round): it records them all, writes what was accepted into a new
+version of the tree file beside the old one (the compact writer), and records the promotion round at the index
+its proposals were computed at.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from gil_core.habits.promotion import (
 )
 from gil_core.habits.review_log import Decision, ReviewDecision, ReviewKind, ReviewLog
 from gil_core.llm import EmbeddingModel
-from gil_core.ontology import Tree, dump_tree, write_tree
+from gil_core.ontology import Tree, dump_tree
+from gil_core.ontology.roundtrip import edited_tree_text
 from gil_core.tasks import TaskDefinition
 from gil_core.telemetry import TelemetryStore
 
@@ -246,17 +248,21 @@ def decide(
     note: str | None = None,
 ) -> Tree | None:
     """Record a decision. An accepted promotion adds the habit to the tree file, an accepted retirement removes
-    the habit from it; both return the new tree (written to ``task.tree.source``). Others return None."""
+    the habit from it; both return the new tree, written to ``task.tree.source`` in place, its comments, key order
+    and layout kept (``gil_core.ontology.roundtrip``). Others return None. The edit is computed before anything is
+    recorded: a tree file that cannot take it (changed meanwhile, past the bounds) raises ``TreeFileError``."""
     kind, decision = ReviewKind(kind), Decision(decision)
     accepted = [item_id] if decision is Decision.ACCEPTED else []
     change = _accepted_change(store, task, kind, accepted, None)
     if item_id in change.refused:
         raise ConfigurationError(f"task {task.name!r}: {change.refused[item_id]}")
+    source = task.tree.source
+    edited = edited_tree_text(source, task.tree, change.tree) if change.tree is not None and source else None
     if change.promoted and change.at_index is not None:
         PromotionLog(store).record(task.name, change.at_index, change.promoted)
     ReviewLog(store).record(task.name, kind, item_id, decision, note)
-    if change.tree is not None and task.tree.source:
-        write_tree(change.tree, task.tree.source)
+    if edited is not None and source:
+        atomic_write_text(source, edited)
     return change.tree
 
 

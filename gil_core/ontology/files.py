@@ -209,7 +209,10 @@ class _Reader:
 def dump_tree(tree: Tree | Node) -> str:
     """The compact YAML of a tree: every field equal to its default is left out."""
     root = tree.root if isinstance(tree, Tree) else tree
-    data = _node_data(root, LabelScheme.LETTERS)
+    return _compact_yaml(_node_data(root, LabelScheme.LETTERS))
+
+
+def _compact_yaml(data: Any) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=1 << 30)
 
 
