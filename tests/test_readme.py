@@ -34,3 +34,17 @@ def test_the_readme_example_walks_the_tree_and_records_priced_calls(
     assert out.startswith("habit ")
     assert out.count("│ judge") == len(server.requests) >= 2
     assert [p for p in os.listdir(tmp_path / "gil-store" / "calls") if p.endswith(".parquet")]
+
+
+def test_ci_runs_the_readmes_test_command_and_it_runs_the_heavy_tests_too() -> None:
+    """`.ci/run` ends with command 2 of the README, word for word; a plain `pytest` leaves out the tests marked
+    `heavy` (pyproject's addopts), so the command must run them in a step of their own."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = re.findall(r"```bash\n(python3 -m pip install [^\n]*)\n```", readme)
+    assert len(commands) >= 2, "the README's two commands are gone"
+    test_command = commands[1]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").rstrip("\n").splitlines()
+    assert ci[-1] == test_command
+    steps = [step.strip() for step in test_command.split("&&")]
+    assert "python3 -m uv run pytest -m heavy" in steps
+    assert steps[-1] == "python3 -m uv run pytest", "the plain run ends it (with the conformance counts)"

@@ -19,6 +19,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> QualityResults:
     return run(quick=True, out_dir=tmp_path_factory.mktemp("quality"))
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.local_model
 def test_every_stream_runs_every_arm_on_the_quick_sizes(results: QualityResults) -> None:
@@ -35,6 +36,7 @@ def test_every_stream_runs_every_arm_on_the_quick_sizes(results: QualityResults)
         assert stream.arm("reflex").embed_calls > 0  # type: ignore[union-attr]
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.local_model
 def test_energy_is_fitted_from_the_runs_own_calls(results: QualityResults) -> None:
@@ -42,6 +44,7 @@ def test_energy_is_fitted_from_the_runs_own_calls(results: QualityResults) -> No
     assert results.prices.embed_samples > 0
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.local_model
 def test_a_plot_per_stream_and_the_section_with_a_table_and_targets_per_stream(results: QualityResults) -> None:

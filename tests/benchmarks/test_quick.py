@@ -32,6 +32,7 @@ def _sections(text: str) -> dict[str, str]:
     return {title.strip(): body for title, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.local_model
 def test_the_quick_harness_writes_every_section_with_a_table_into_the_file_it_is_given(tmp_path: Path) -> None:

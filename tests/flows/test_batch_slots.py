@@ -82,6 +82,7 @@ def active_slots(api_url: str, name: str) -> int | None:
     return int(reply.json()["active_slots"]) if reply.status_code == 200 else None
 
 
+@pytest.mark.heavy
 @pytest.mark.slow  # about 2 minutes: a `gil ui` server, a 60 s lease running out, three batches
 def test_a_sigkilled_batch_holding_slots_on_gil_ui_leaves_them_taken_until_its_lease_expires(tmp_path: Path) -> None:
     """A real batch (the resolve-batch flow, in its own process, against `gil ui`) holds both slots of its model

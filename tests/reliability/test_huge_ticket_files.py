@@ -84,6 +84,7 @@ def run_measured(argv: list[str], **options: object) -> tuple[subprocess.Complet
     return subprocess.CompletedProcess(argv, child.returncode, output["out"], output["err"]), usage.ru_maxrss
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_a_million_line_ticket_file_is_read_as_a_stream_in_bounded_memory(tmp_path: Path) -> None:
     """The reader over a million lines (one of them 32 MiB, refused naming its line) allocates at most 40 MiB at
@@ -128,6 +129,7 @@ def seed_traces(store_path: Path, task_file: Path, count: int) -> None:
     store.append("traces", copies)
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_gil_resolve_batch_over_a_million_lines_holds_a_window_not_the_file(tmp_path: Path) -> None:
     """``gil resolve-batch`` over a million lines whose first 999,500 tickets have a trace already: the other 500
