@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-__all__ = ["BatchScope", "batch_scope", "current_batch", "new_batch_id"]
+__all__ = ["BatchScope", "batch_columns", "batch_scope", "current_batch", "new_batch_id"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +47,14 @@ def batch_scope(batch_id: str, flow_run_id: str | None = None) -> Iterator[Batch
 def current_batch() -> BatchScope | None:
     """The batch the running request belongs to (None outside any batch)."""
     return _CURRENT.get()
+
+
+def batch_columns() -> dict[str, str]:
+    """The batch the running request belongs to, as its trace's columns (nothing outside a batch)."""
+    scope = current_batch()
+    if scope is None:
+        return {}
+    columns = {"batch_id": scope.batch_id}
+    if scope.flow_run_id is not None:
+        columns["flow_run_id"] = scope.flow_run_id
+    return columns

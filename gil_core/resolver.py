@@ -18,7 +18,8 @@ from typing import Any
 import polars as pl
 from cachetools import FIFOCache
 
-from gil_core.batch_scope import current_batch
+from gil_core._redaction import unquote
+from gil_core.batch_scope import batch_columns
 from gil_core.client import build_chat_stack
 from gil_core.diagnostics import Diagnostics, MemoryOutcome, default_diagnostics
 from gil_core.errors import ConfigurationError, GilError, MemoryUnavailableError, ModelError, UnknownTraceError
@@ -190,7 +191,7 @@ class Resolver:
             label=outcome.habit,
             recall=outcome.recall.to_json() if outcome.recall is not None else None,
             failure=outcome.failure,
-            extra={"decider": _decider(outcome.mode, steps), **_batch_columns()},
+            extra={"decider": _decider(outcome.mode, steps), **batch_columns()},
         )
         counters = walk_rows(task.name, steps, outcome.deltas, trace.created_at)
         if task.policy.learned is not None and not private and self._learner is not None:
@@ -218,19 +219,13 @@ class Resolver:
         recall, memory_outcome = await self._lookup(task, text)
         if recall is not None and recall.similarity is not None and task.policy.learned is not None:
             recall = await self._at_learned_cut(task, recall)
-            memory_outcome = "hit" if recall.hit else "miss"
-        if recall is not None and recall.hit and task.policy.memory_guard and recall.text is not None:
-            verdict = _GUARD.check(text, recall.text)
-            if not verdict.allowed:  # similar, but not the same request: a miss that says why
-                reason = verdict.reason or ""
-                if private:  # the kind of difference only: the reason quotes both requests' numbers and words
-                    reason = reason.split(":", 1)[0]
-                recall, memory_outcome = replace(recall, hit=False, error=f"guard: {reason}"), "miss"
+        if recall is not None and task.policy.memory_guard:  # similar, but not the same request: a miss
+            recall = _GUARD.screen(recall, text, private=private)
         if recall is not None and recall.hit and task.policy.memory_verify is not None:
             recall = await self._verified(task, text, recall)
-            memory_outcome = "hit" if recall.hit else "miss"
         if recall is not None and recall.hit and task.policy.learned is not None:
             recall = await self._checked_by_learned(task, text, recall)
+        if recall is not None and memory_outcome != "failed":  # as the checks left it
             memory_outcome = "hit" if recall.hit else "miss"
         if recall is not None and recall.hit:
             return _Outcome("memory", recall.answer, recall.similarity, recall=recall, memory="hit")
@@ -262,19 +257,14 @@ class Resolver:
     async def _at_learned_cut(self, task: TaskDefinition, recall: Recall) -> Recall:
         """The recall judged at memory's cut read from the log (``learned.memory_cut``) instead of the configured
         one, once a fit has read it for the task's current memory settings."""
-        if memory_configured(task) is None:
+        configured = memory_configured(task)
+        if configured is None:
             return recall
         try:
             state = await self._require_learner(task).serving_state(task)
         except ModelError:
             return recall
-        cut = state.memory
-        if cut is None or cut.rule == "configured" or cut.configured != memory_configured(task):
-            return recall
-        assert recall.similarity is not None
-        if cut.cut is None:
-            return replace(recall, hit=False, error="learned: the log shows memory below the task's precision")
-        return replace(recall, threshold=cut.cut, hit=recall.similarity >= cut.cut)
+        return recall if state.memory is None else state.memory.judged(recall, configured)
 
     async def _checked_by_learned(self, task: TaskDefinition, text: str, recall: Recall) -> Recall:
         """A memory hit the learned judge would overrule: where it would serve a whole walk to another answer
@@ -661,45 +651,18 @@ class Resolver:
         self._configured[task.name] = task
 
 
-_MASK = "***"
-_QUOTED_RUN = 8
-"""The shortest run of a request's characters taken out of a message on its own: shorter runs occur in any
-wording (the adapter's secrets are redacted by the same rule, ``gil_core._redaction``)."""
-
-
-def _unquoted(message: str, text: str) -> str:
-    """``message`` with every run of at least ``_QUOTED_RUN`` characters of ``text`` replaced by ``***`` (a text
-    shorter than that, where it appears whole): what an exception or a server says about a do-not-record request
-    may quote it, whole or cut short. Linear in both lengths; the memory it takes is bounded by the message's."""
-    if len(text) < _QUOTED_RUN:
-        return message.replace(text, _MASK) if text.strip() else message
-    run = _QUOTED_RUN
-    grams = {message[start : start + run] for start in range(len(message) - run + 1)}
-    quoted = {gram for start in range(len(text) - run + 1) if (gram := text[start : start + run]) in grams}
-    hidden = [False] * len(message)
-    for start in range(len(message) - run + 1):
-        if message[start : start + run] in quoted:
-            hidden[start : start + run] = [True] * run
-    pieces = [
-        _MASK if hide else char
-        for index, (char, hide) in enumerate(zip(message, hidden, strict=True))
-        if not (hide and index and hidden[index - 1])  # one mask per hidden run
-    ]
-    return "".join(pieces)
-
-
 def _unquote(outcome: _Outcome, text: str) -> None:
     """Take the request's words out of a do-not-record request's failure and memory error (both are stored)."""
     if outcome.failure is not None:
-        outcome.failure = _unquoted(outcome.failure, text)
+        outcome.failure = unquote(outcome.failure, text)
     if outcome.recall is not None and outcome.recall.error is not None:
-        outcome.recall = replace(outcome.recall, error=_unquoted(outcome.recall.error, text))
+        outcome.recall = replace(outcome.recall, error=unquote(outcome.recall.error, text))
 
 
 def _unquoted_error(error: MemoryUnavailableError, text: str) -> MemoryUnavailableError:
     """The memory failure a do-not-record request raises: its message unquoted, and no cause attached (a
     traceback prints the cause's message, which may quote the request)."""
-    return MemoryUnavailableError(_unquoted(error.reason, text), task=error.task, open_until=error.open_until)
+    return MemoryUnavailableError(unquote(error.reason, text), task=error.task, open_until=error.open_until)
 
 
 def _generated(generation: Generation | str) -> tuple[str | None, str | None]:
@@ -722,17 +685,6 @@ def _step_from_json(item: Mapping[str, Any]) -> Step:
 
 
 _GENERATED = frozenset({"fallback", "partial", "habit/procedure"})
-
-
-def _batch_columns() -> dict[str, str]:
-    """The batch the request belongs to, for its trace (nothing outside a batch)."""
-    scope = current_batch()
-    if scope is None:
-        return {}
-    columns = {"batch_id": scope.batch_id}
-    if scope.flow_run_id is not None:
-        columns["flow_run_id"] = scope.flow_run_id
-    return columns
 
 
 def _decider(mode: str, steps: Sequence[Step]) -> str:

@@ -25,12 +25,13 @@ each compared with its nearest earlier confirmed request whatever chose that one
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
+from gil_core.memory.ports import Recall
 from gil_core.wilson import wilson_lower_bound
 
 __all__ = ["MemoryCut", "MemoryRule", "fit_memory_cut"]
@@ -72,6 +73,15 @@ class MemoryCut:
 
     def serves(self, similarity: float) -> bool:
         return self.cut is not None and similarity >= self.cut
+
+    def judged(self, recall: Recall, configured: float) -> Recall:
+        """``recall`` judged at this cut instead of the configured one, where the log moved it from ``configured``
+        (the task's memory settings now; a cut fitted for others, or left as configured, changes nothing)."""
+        if self.rule == "configured" or self.configured != configured or recall.similarity is None:
+            return recall
+        if self.cut is None:
+            return replace(recall, hit=False, error="learned: the log shows memory below the task's precision")
+        return replace(recall, threshold=self.cut, hit=recall.similarity >= self.cut)
 
     def to_json(self) -> dict[str, Any]:
         return {

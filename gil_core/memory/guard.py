@@ -13,8 +13,10 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
+
+from gil_core.memory.ports import Recall
 
 __all__ = ["GuardVerdict", "HitGuard", "has_negation"]
 
@@ -97,6 +99,17 @@ class _Reading:
 class HitGuard:
     """Checks a memory hit: ``check(request, remembered)`` refuses when the texts differ in a negation, a
     cancellation, the set of numbers or the set of amounts (number with currency or unit)."""
+
+    def screen(self, recall: Recall, request: str, *, private: bool = False) -> Recall:
+        """``recall`` as it may be served for ``request``: a hit the guard refuses is a miss that says why (for a
+        do-not-record request the kind of difference only: the reason quotes both requests' numbers and words)."""
+        if not recall.hit or recall.text is None:
+            return recall
+        verdict = self.check(request, recall.text)
+        if verdict.allowed:
+            return recall
+        reason = verdict.reason or ""
+        return replace(recall, hit=False, error=f"guard: {reason.split(':', 1)[0] if private else reason}")
 
     def check(self, request: str, remembered: str) -> GuardVerdict:
         """Whether the answer remembered for ``remembered`` may be served for ``request``."""
