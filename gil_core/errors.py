@@ -6,6 +6,7 @@
     ├── TreeFileError            a tree file cannot be read (file, line, node)
     │   └── LabelCapacityError   a node has more candidates than its label scheme holds
     ├── ConfigurationError       a value object or setting is invalid
+    │   └── InvalidArgumentError a caller passed a value its parameter cannot take (also a ValueError)
     ├── ModelError               a model endpoint failed (endpoint, reason)
     │   ├── ModelUnavailableError   refused, timed out, 5xx after retries
     │   ├── RateLimitedError        429 after retries (retry_after when the server said)
@@ -17,6 +18,11 @@
     ├── UnknownTraceError        feedback names a trace the task does not have (task, trace_id)
     ├── LearnedStateError        a stored learned judge cannot be used: unreadable, of another task (its file)
     └── MemoryUnavailableError   memory cannot answer: its embedder or store failed, or its circuit is open (task)
+
+Built-in exceptions leave ``gil_core`` only where Python's conventions want them for a caller's programming
+error: ``TypeError`` for an argument of the wrong type, ``KeyError`` from a mapping's lookup (``BatchResults``
+and the like), ``NotImplementedError`` from an abstract method. An argument of the right type but an impossible
+value raises ``InvalidArgumentError``, which is both a ``GilError`` and a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ __all__ = [
     "BadResponseError",
     "ConfigurationError",
     "GilError",
+    "InvalidArgumentError",
     "LabelCapacityError",
     "LearnedStateError",
     "MemoryUnavailableError",
@@ -71,6 +78,12 @@ class LabelCapacityError(TreeFileError):
 
 class ConfigurationError(GilError):
     """A setting or value object is invalid."""
+
+
+class InvalidArgumentError(ConfigurationError, ValueError):
+    """A caller passed a value its parameter cannot take (a programming error: a NaN threshold, a negative
+    count, a share above 1). A ``ValueError`` too, as Python's convention for such values has it; the message
+    names the parameter and the value."""
 
 
 class ModelError(GilError):

@@ -11,6 +11,7 @@ PUBLIC = {
         "BadResponseError",
         "ConfigurationError",
         "GilError",
+        "InvalidArgumentError",
         "LabelCapacityError",
         "LearnedStateError",
         "MemoryUnavailableError",

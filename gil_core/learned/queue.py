@@ -51,7 +51,7 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
-from gil_core.errors import LearnedStateError
+from gil_core.errors import InvalidArgumentError, LearnedStateError
 from gil_core.learned.state import SERVING_RULES, LearnedState, NodeModel, task_key
 from gil_core.ontology.model import Tree
 from gil_core.storage import Folder
@@ -266,9 +266,9 @@ def choose_queue(
     """``size`` of ``candidates`` (all eligible): the random share drawn first, uniformly from all of them, then
     the highest scores among the rest (module doc). Queue items come first, best first."""
     if size < 1:
-        raise ValueError(f"a queue holds at least one trace, not {size}")
+        raise InvalidArgumentError(f"a queue holds at least one trace, not {size}")
     if not 0.0 <= random_share <= 1.0:
-        raise ValueError(f"the random share is a share between 0 and 1, not {random_share}")
+        raise InvalidArgumentError(f"the random share is a share between 0 and 1, not {random_share}")
     draw = rng or random.Random(secrets.randbits(64))
     total = len(candidates)
     drawn = min(total, round(size * random_share))

@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 from numpy.typing import NDArray
 
+from gil_core.errors import InvalidArgumentError
 from gil_core.memory.ports import MemoryEntry
 
 __all__ = ["best_first", "check_k", "check_threshold", "latest_per_key", "search_results"]
@@ -18,14 +19,14 @@ __all__ = ["best_first", "check_k", "check_threshold", "latest_per_key", "search
 def check_threshold(threshold: float) -> float:
     """``threshold`` if a similarity can be compared with it (it is not NaN)."""
     if math.isnan(threshold):
-        raise ValueError("a memory threshold must be a number, got NaN")
+        raise InvalidArgumentError("a memory threshold must be a number, got NaN")
     return threshold
 
 
 def check_k(k: int) -> int:
     """``k`` if it is a usable result count (0 asks for no results)."""
     if k < 0:
-        raise ValueError(f"k must be at least 0, got {k}")
+        raise InvalidArgumentError(f"k must be at least 0, got {k}")
     return k
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from cachetools import LRUCache
 from numpy.typing import NDArray
 
-from gil_core.errors import GilError, MemoryUnavailableError
+from gil_core.errors import GilError, InvalidArgumentError, MemoryUnavailableError
 from gil_core.llm.ports import EmbeddingModel
 from gil_core.memory._index import IndexBuilder, IndexedTask, IndexSettings, has_vector_index, index_builder
 from gil_core.memory._rules import check_k, check_threshold, latest_per_key
@@ -206,7 +206,9 @@ class LanceDBMemory:
         index_cache_bytes: int | None = None,
     ) -> None:
         if not 0.0 <= refresh_interval <= MAX_REFRESH_INTERVAL:
-            raise ValueError(f"refresh_interval must be between 0 and {MAX_REFRESH_INTERVAL} s, got {refresh_interval}")
+            raise InvalidArgumentError(
+                f"refresh_interval must be between 0 and {MAX_REFRESH_INTERVAL} s, got {refresh_interval}"
+            )
         os.environ.setdefault("LANCE_LOG", "error")  # LanceDB's Rust warnings would otherwise reach stderr
         self._path = location(path)
         self._s3 = (s3 if s3 is not None else load_s3_settings()) if isinstance(self._path, str) else None

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from gil_core.errors import InvalidArgumentError
+
 __all__ = ["Memory", "MemoryEntry", "Recall"]
 
 
@@ -41,7 +43,7 @@ class Recall:
     def from_nearest(cls, nearest: MemoryEntry, *, threshold: float) -> Recall:
         """The recall of ``nearest`` (a search result, so it carries its similarity) at ``threshold``."""
         if nearest.similarity is None:
-            raise ValueError(f"entry {nearest.key!r} is not a search result: it has no similarity")
+            raise InvalidArgumentError(f"entry {nearest.key!r} is not a search result: it has no similarity")
         return cls(
             threshold=threshold,
             hit=nearest.similarity >= threshold,
