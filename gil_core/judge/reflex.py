@@ -24,6 +24,7 @@ import numpy as np
 
 from gil_core.errors import ConfigurationError, ModelError
 from gil_core.judge.distribution import DEFAULT_TRUST_THRESHOLD, read_distribution
+from gil_core.judge.escalation import reflex_serves
 from gil_core.judge.primitives import _cosines, _softmax, _TextVectors
 from gil_core.judge.prompt import Candidate, label_candidates
 from gil_core.judge.single_token import Judge, Judgment
@@ -142,6 +143,9 @@ class TieredJudge:
         )
 
     def _serves(self, reflex: Judgment) -> bool:
-        if not reflex.distribution.trusted or reflex.confidence < self._threshold:
-            return False
-        return not (self._defer_none and reflex.distribution.none_selected)
+        return reflex_serves(
+            reflex.confidence,
+            self._threshold,
+            trusted=reflex.distribution.trusted,
+            deferred=self._defer_none and reflex.distribution.none_selected,
+        )

@@ -32,6 +32,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 from cachetools import Cache, LRUCache
 
 from gil_core.errors import ConfigurationError, ModelError
+from gil_core.judge.escalation import reflex_serves
 from gil_core.judge.primitives import (
     Choice,
     InvalidJudgmentError,
@@ -311,7 +312,7 @@ class JudgmentRouter:
         except ModelError as error:  # the reflex is an optimisation: when it cannot answer, deliberate
             reflex_error = error
         route: Route = "reflex"
-        if reflex is not None and reflex.confidence >= threshold:
+        if reflex is not None and reflex_serves(reflex.confidence, threshold):
             served = reflex
         else:
             served, route = await ask_deliberate(), "deliberate"
