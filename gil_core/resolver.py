@@ -20,31 +20,28 @@ from cachetools import FIFOCache
 
 from gil_core._redaction import unquote
 from gil_core.batch_scope import batch_columns
-from gil_core.client import build_chat_stack
-from gil_core.diagnostics import Diagnostics, MemoryOutcome, default_diagnostics
-from gil_core.errors import ConfigurationError, GilError, MemoryUnavailableError, ModelError, UnknownTraceError
-from gil_core.fallback import FallbackGenerator, Generation, SlotFiller, TreeAnswerContract, run_procedure
+from gil_core.diagnostics import MemoryOutcome
+from gil_core.errors import GilError, MemoryUnavailableError, ModelError, UnknownTraceError
+from gil_core.fallback import Generation, TreeAnswerContract, run_procedure
 from gil_core.fallback.contracts import Contract
-from gil_core.habits.attribution import AnswerIndex, ReliabilityDelta, attribute_verdict
+from gil_core.habits.attribution import ReliabilityDelta, attribute_verdict
 from gil_core.habits.costs import evidence_from_row
 from gil_core.habits.counters import reliability_rows, walk_rows
 from gil_core.habits.shadows import Evidence, build_shadow_index
-from gil_core.judge import Candidate, Judge, ReflexJudge, SingleTokenJudge, TieredJudge
-from gil_core.judge.verify import SameRequestVerifier, Verifier
+from gil_core.judge import Candidate
 from gil_core.learned import LearnedJudge, LearnedState, Learner, memory_configured, served_answer
-from gil_core.llm import CallRecorder, ChatModel, EmbeddingModel, trace_scope
+from gil_core.llm import ChatModel, EmbeddingModel, trace_scope
 from gil_core.llm.options import call_options
-from gil_core.llm.trace_vectors import TraceVectorCache
 from gil_core.memory import FeedbackEvent, Memory, Recall, rebuild_memory
 from gil_core.memory.evidence import MemoryEvidence
 from gil_core.memory.guard import HitGuard, has_negation
 from gil_core.ontology.model import Option, OptionKind
-from gil_core.settings import ClientParts
 from gil_core.tasks import Resolution, TaskDefinition
-from gil_core.telemetry import CallRecord, EnergyModel, TelemetryStore, TraceRecord, utc_now
+from gil_core.telemetry import CallRecord, TelemetryStore, TraceRecord, utc_now
 from gil_core.traverse import GreedyTraverser, Step, Traversal
+from gil_core.wiring import ClientSetup, Judging, Metering, Wiring
 
-__all__ = ["Resolver"]
+__all__ = ["ClientSetup", "Judging", "Metering", "Resolver"]
 
 _RECENT_TRACES = 10_000
 _GUARD = HitGuard()
@@ -69,19 +66,11 @@ class _Outcome:
 class Resolver:
     """Resolves requests for any number of tasks over one store, one chat model and (optionally) one memory.
 
-    ``chat`` is wrapped in a ``CallRecorder`` so every call is priced with ``energy`` and stored with its
-    trace. ``judge`` replaces the single-token judge (e.g. a reflex judge, or recorded judgments in a replay).
-
-    ``client`` puts the request cache, the operation log and the rate limiter (those it holds) around the
-    recorder, one stack per task: the cache key carries the task (tenant) and the hash of its configuration
-    (schema), so tasks never share an entry and a changed tree misses by itself; a cached answer is not a
-    model call, so it is neither recorded nor priced. ``provider`` names the limiter's bucket, and
-    ``fallback_chat`` answers (recorded under its own name) when the limiter refuses or the model is down.
-    ``verifier`` replaces the chat model's yes/no verification of memory hits in a task's verify band.
-
-    ``reflex_embedder`` embeds requests for the description reflex and the learned judge (``learned_reflex``);
-    giving memory the same ``TraceVectorCache`` makes one embedding serve memory, the judges and the vector
-    stored with the trace.
+    ``chat`` is wrapped in a ``CallRecorder`` so every call is priced (``metering``) and stored with its trace;
+    ``client`` says how calls reach it (client stack, fallback model, extra request fields), ``judging`` what
+    judges instead of it (a judge, a verifier) and how (the order seed). ``reflex_embedder`` embeds requests for
+    the description reflex and the learned judge (``learned_reflex``); giving memory the same
+    ``TraceVectorCache`` makes one embedding serve memory, the judges and the vector stored with the trace.
     """
 
     def __init__(
@@ -90,37 +79,16 @@ class Resolver:
         store: TelemetryStore,
         *,
         memory: Memory | None = None,
-        energy: EnergyModel | None = None,
-        judge: Judge | None = None,
-        diagnostics: Diagnostics | None = None,
-        order_seed: str | None = None,
-        extra_body: Mapping[str, Any] | None = None,
         reflex_embedder: EmbeddingModel | None = None,
-        client: ClientParts | None = None,
-        provider: str = "default",
-        fallback_chat: ChatModel | None = None,
-        verifier: Verifier | None = None,
+        client: ClientSetup | None = None,
+        judging: Judging | None = None,
+        metering: Metering | None = None,
     ) -> None:
         self._store = store
-        if reflex_embedder is not None and not isinstance(reflex_embedder, TraceVectorCache):
-            reflex_embedder = TraceVectorCache(reflex_embedder)
-        self._reflex_embedder = reflex_embedder
-        self._learner = Learner(store, reflex_embedder) if reflex_embedder is not None else None
-        self._reflexes: dict[str, ReflexJudge] = {}
         self._memory = memory
-        self._diagnostics = diagnostics or default_diagnostics()
-        prices = energy or EnergyModel.tokens()
-        self._chat = CallRecorder(chat, sink=store, energy=prices, diagnostics=self._diagnostics)
-        spare = fallback_chat and CallRecorder(fallback_chat, sink=store, energy=prices, diagnostics=self._diagnostics)
-        self._fallback_chat: ChatModel | None = spare
-        self._client = client
-        self._provider = provider
-        self._stacks: dict[tuple[str, str], ChatModel] = {}
-        self._verifier = verifier
+        self._parts = Wiring(chat, store, reflex_embedder, client=client, judging=judging, metering=metering)
+        self._learner, self._diagnostics = self._parts.learners, self._parts.diagnostics
         self._evidence_by_task: dict[str, MemoryEvidence] = {}
-        self._judge = judge
-        self._order_seed = order_seed
-        self._extra_body = extra_body
         self._configs: dict[str, dict[str, Any]] = {}
         self._configured: dict[str, TaskDefinition] = {}  # the definition whose configuration was recorded last
         # Rows of traces this resolver stored recently: feedback usually follows soon, and a scan of the
@@ -128,7 +96,6 @@ class Resolver:
         self._recent: FIFOCache[str, dict[str, Any]] = FIFOCache(_RECENT_TRACES)
         self._recent_lock = threading.Lock()  # cachetools caches are not thread-safe
         self._shadows: dict[str, Mapping[str, list[Candidate]]] = {}
-        self._answer_indexes: dict[str, AnswerIndex] = {}
 
     @property
     def store(self) -> TelemetryStore:
@@ -244,11 +211,8 @@ class Resolver:
         bar = evidence.threshold(recall.source, accept=policy.memory_threshold, verify=policy.memory_verify)
         if recall.similarity is None or recall.similarity >= bar or recall.text is None:
             return recall
-        verifier = self._verifier or SameRequestVerifier(
-            self._chat_for(task), task.language, extra_body=self._extra_body
-        )
         try:
-            verdict = await verifier.verify(text, recall.text)
+            verdict = await self._parts.verifier(task).verify(text, recall.text)
         except ModelError as exc:  # an unverified hit is not served: a miss that says why
             return replace(recall, hit=False, verified=False, error=f"verification failed: {exc}")
         same = verdict.yes and verdict.confidence >= policy.verify_confidence
@@ -261,7 +225,7 @@ class Resolver:
         if configured is None:
             return recall
         try:
-            state = await self._require_learner(task).serving_state(task)
+            state = await self._parts.learner(task).serving_state(task)
         except ModelError:
             return recall
         return recall if state.memory is None else state.memory.judged(recall, configured)
@@ -271,7 +235,7 @@ class Resolver:
         than the remembered one (requests a word apart, "add milk to the list" and "check milk off the list",
         look alike to an embedder), the hit is a miss that says why and the walk answers. Costs no model call:
         the request's vector is the one memory just made."""
-        learner = self._require_learner(task)
+        learner = self._parts.learner(task)
         try:
             state = await learner.serving_state(task)
             vector = await learner.request_vector(text)
@@ -279,7 +243,7 @@ class Resolver:
             return recall
         served, option = served_answer(state, task.tree, vector, negates=has_negation(text))
         answer = (recall.answer or "").strip()
-        remembered = None if answer == task.language.none_of_these else self._answer_index(task).option_for(answer)
+        remembered = None if answer == task.language.none_of_these else self._parts.answers(task).option_for(answer)
         if not served or (remembered is None and answer != task.language.none_of_these) or option == remembered:
             return recall
         return replace(recall, hit=False, error=f"learned: the learned judge serves {option or 'none of these'}")
@@ -315,7 +279,7 @@ class Resolver:
             return None, None  # the baseline, or a bare root: straight to generation, no judgment call
         shadows = self._shadow_index(task) if task.policy.show_shadows else None
         try:
-            judge = await self._learned_judge(task) if task.policy.learned is not None else self._judge_for(task)
+            judge = await self._parts.judge(task)
         except ModelError as exc:  # the embedder failed while the learned judge was being fitted
             return None, f"learned judge failed: {exc}"
         traverser = GreedyTraverser(judge, task.policy.thresholds)
@@ -340,13 +304,7 @@ class Resolver:
         if habit.kind is OptionKind.ANSWER:
             outcome = _Outcome("habit/answer", habit.text, confidence, walk, habit=habit.id)
         elif habit.kind is OptionKind.TEMPLATE:
-            filler = SlotFiller(
-                self._chat_for(task),
-                task.language,
-                max_attempts=task.policy.slot_max_attempts,
-                max_tokens=task.policy.fallback_max_tokens,
-                extra_body=self._extra_body,
-            )
+            filler = self._parts.slot_filler(task)
             filled = await self._guard(filler.fill(text, habit, node_id=task.tree.owner(habit.id).id))
             if isinstance(filled, str) or filled.output is None:
                 # The template could not be filled: answer within the categories above it.
@@ -355,7 +313,7 @@ class Resolver:
         else:
             generation = await self._guard(
                 run_procedure(
-                    self._generator(task),
+                    self._parts.generator(task),
                     text,
                     habit,
                     path=self._path_labels(task, walk),
@@ -386,14 +344,16 @@ class Resolver:
                 contract = narrowed if narrowed.answers() else contract
         node_id = walk.last_node if walk is not None else task.tree.root.id
         generation = await self._guard(
-            self._generator(task).generate(text, contract, path=path, examples=task.examples, node_id=node_id)
+            self._parts.generator(task).generate(text, contract, path=path, examples=task.examples, node_id=node_id)
         )
         output, failure = _generated(generation)
         return _Outcome(mode, output, None, walk, failure=failure)
 
     async def _explore(self, task: TaskDefinition, text: str, habit: Option, outcome: _Outcome) -> None:
         """Cross-check a habit answer against full generation; a different answer is a dispute."""
-        generation = await self._guard(self._generator(task).generate(text, task.contract, examples=task.examples))
+        generation = await self._guard(
+            self._parts.generator(task).generate(text, task.contract, examples=task.examples)
+        )
         explored, _ = _generated(generation)
         outcome.explored_output = explored
         disputed = int(explored is not None and outcome.output is not None and explored != outcome.output.strip())
@@ -472,7 +432,7 @@ class Resolver:
         has no ``learned_reflex``."""
         if task.policy.learned is None:
             return None
-        return await self._require_learner(task).refresh(task, force=force)
+        return await self._parts.learner(task).refresh(task, force=force)
 
     def feedback_history(self, task: str) -> list[FeedbackEvent]:
         """Every verdict the store holds for ``task`` (the latest on each trace), in the order they were given, as
@@ -528,84 +488,6 @@ class Resolver:
     def _remember_row(self, trace_id: str, row: dict[str, Any]) -> None:
         with self._recent_lock:
             self._recent[trace_id] = row
-
-    def _chat_for(self, task: TaskDefinition) -> ChatModel:
-        """The recorded chat model behind the task's client stack (cache → log → limiter), one per schema."""
-        client = self._client
-        if client is None or (client.cache is None and client.log is None and client.limiter is None):
-            return self._chat
-        key = (task.name, task.schema)
-        stack = self._stacks.get(key)
-        if stack is None:
-            stack = build_chat_stack(
-                self._chat,
-                provider=self._provider,
-                tenant=task.name,
-                schema=task.schema,
-                cache=client.cache,
-                language=task.language,
-                log=client.log,
-                limiter=client.limiter,
-                fallback=self._fallback_chat,
-            )
-            self._stacks[key] = stack
-        return stack
-
-    def _judge_for(self, task: TaskDefinition) -> Judge:
-        deliberate = self._deliberate(task)
-        threshold = task.policy.reflex_threshold
-        if threshold is None:
-            return deliberate
-        if self._reflex_embedder is None:
-            raise ConfigurationError(f"task {task.name!r} asks for a reflex judge, but the resolver has no embedder")
-        # One reflex per task keeps its candidate vectors warm across requests.
-        reflex = self._reflexes.setdefault(task.name, ReflexJudge(self._reflex_embedder))
-        return TieredJudge(reflex, deliberate, threshold)
-
-    def _deliberate(self, task: TaskDefinition) -> Judge:
-        if self._judge is not None:
-            return self._judge
-        return SingleTokenJudge(
-            self._chat_for(task), task.language, order_seed=self._order_seed, extra_body=self._extra_body
-        )
-
-    def _require_learner(self, task: TaskDefinition) -> Learner:
-        if self._learner is None:
-            raise ConfigurationError(f"task {task.name!r} asks for a learned reflex, but the resolver has no embedder")
-        return self._learner
-
-    async def _learned_judge(self, task: TaskDefinition) -> Judge:
-        """The learned judge in front of the task's other judges: reflex (when set), then the LLM."""
-        learner = self._require_learner(task)
-        policy = task.policy.learned
-        assert policy is not None
-        state = await learner.serving_state(task)
-        tree, thresholds = task.tree, task.policy.thresholds
-        return LearnedJudge(
-            state,
-            vector_of=learner.request_vector,
-            fallback=self._judge_for(task),
-            llm=self._deliberate(task),
-            audit_rate=policy.audit_rate,
-            threshold=lambda node_id, layer: thresholds.for_node(tree.node(node_id), layer),
-            answers=self._answer_index(task),
-            texts_of=learner.text_vectors,
-        )
-
-    def _answer_index(self, task: TaskDefinition) -> AnswerIndex:
-        index = self._answer_indexes.get(task.schema)
-        if index is None:
-            index = self._answer_indexes[task.schema] = AnswerIndex(task.tree)
-        return index
-
-    def _generator(self, task: TaskDefinition) -> FallbackGenerator:
-        return FallbackGenerator(
-            self._chat_for(task),
-            task.language,
-            max_attempts=task.policy.fallback_max_attempts,
-            max_tokens=task.policy.fallback_max_tokens,
-            extra_body=self._extra_body,
-        )
 
     @staticmethod
     def _categories(task: TaskDefinition, walk: Traversal | None) -> list[str]:

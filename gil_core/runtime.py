@@ -24,7 +24,7 @@ from gil_core.llm.ports import Completion, Embeddings, Message
 from gil_core.llm.trace_vectors import TraceVectorCache
 from gil_core.maintenance import ENERGY_META_KEY
 from gil_core.memory import CircuitBreakingMemory, LanceDBMemory, Memory
-from gil_core.resolver import Resolver
+from gil_core.resolver import ClientSetup, Judging, Metering, Resolver
 from gil_core.settings import ClientParts, load_settings
 from gil_core.storage import is_object_store, load_s3_settings
 from gil_core.taskfile import ModelSpec, TaskFile
@@ -195,12 +195,10 @@ async def open_runtime(
             chat_model,
             store,
             memory=memory,
-            energy=prices,
-            order_seed=task_file.order_seed,
             reflex_embedder=requests,
-            client=client_parts(task_file),
-            provider=_provider(task_file.chat_model),
-            fallback_chat=fallback,
+            client=ClientSetup(client_parts(task_file), provider=_provider(task_file.chat_model), fallback=fallback),
+            judging=Judging(order_seed=task_file.order_seed),
+            metering=Metering(energy=prices),
         )
         yield Runtime(task_file, store, resolver, memory, chat_model.name, embedder)
 

@@ -199,7 +199,7 @@ PUBLIC = {
         "read_distribution",
     ],
     "gil_core.traverse": ["ExitReason", "GreedyTraverser", "Step", "StepOutcome", "Thresholds", "Traversal"],
-    "gil_core.resolver": ["Resolver"],
+    "gil_core.resolver": ["ClientSetup", "Judging", "Metering", "Resolver"],
     "gil_core.settings": ["IN_PROCESS_LOG", "ClientParts", "GilSettings", "build_chat_model", "load_settings"],
     "gil_core.tasks": [
         "FallbackScope",

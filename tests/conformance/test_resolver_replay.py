@@ -19,7 +19,7 @@ from gil_core.fallback import TreeAnswerContract
 from gil_core.language import KOREAN
 from gil_core.memory import CallableEmbeddingModel, LanceDBMemory, Memory, MemoryEntry, Recall
 from gil_core.ontology import TreeLintWarning, parse_tree
-from gil_core.resolver import Resolver
+from gil_core.resolver import Judging, Resolver
 from gil_core.tasks import TaskDefinition, TaskPolicy
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import ScriptedChatModel
@@ -141,7 +141,7 @@ async def test_every_recorded_request_resolves_the_same_way(run_index: int, tmp_
         )
     )
     chat, judge = ScriptedChatModel(), RecordedJudge()
-    resolver = Resolver(chat, store, memory=memory, judge=judge)
+    resolver = Resolver(chat, store, memory=memory, judging=Judging(judge=judge))
 
     mismatches = []
     for case in run["cases"]:

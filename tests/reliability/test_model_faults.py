@@ -22,7 +22,7 @@ from gil_core.batch import Verdict, apply_verdicts, resolve_batch
 from gil_core.client import InProcessRequestCache
 from gil_core.llm import OpenAICompatibleChatModel
 from gil_core.memory import LanceDBMemory
-from gil_core.resolver import Resolver
+from gil_core.resolver import ClientSetup, Resolver
 from gil_core.settings import ClientParts
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import FailureKind, HashEmbeddingModel, ScriptedOpenAIServer, ScriptedReply
@@ -94,7 +94,7 @@ async def run_batch(
         ) as chat,
     ):
         memory = LanceDBMemory(root / "memory", HashEmbeddingModel())
-        client = ClientParts(cache=cache) if cache is not None else None
+        client = ClientSetup(ClientParts(cache=cache)) if cache is not None else None
         resolver = Resolver(chat, TelemetryStore(root / "store"), memory=memory, client=client)
         report = await resolve_batch(resolver, support_task(), make_tickets(TICKETS, prefix=prefix), concurrency=2)
     return resolver, memory, report

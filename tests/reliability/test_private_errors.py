@@ -37,7 +37,7 @@ from gil_core.llm import (
 )
 from gil_core.llm.trace_vectors import TraceVectorCache
 from gil_core.memory import LanceDBMemory
-from gil_core.resolver import Resolver
+from gil_core.resolver import ClientSetup, Metering, Resolver
 from gil_core.runtime import open_runtime
 from gil_core.settings import ClientParts
 from gil_core.taskfile import load_task_file
@@ -192,7 +192,8 @@ async def test_a_private_request_leaves_its_text_on_no_error_path(
     diagnostics = searched.diagnostics()
     store = TelemetryStore(tmp_path / "store")
     log = JsonLinesOperationLog(tmp_path / "store")
-    client = ClientParts(cache=InProcessRequestCache(), log=log)
+    client = ClientSetup(ClientParts(cache=InProcessRequestCache(), log=log))
+    metering = Metering(diagnostics=diagnostics)
     base = support_task("support", memory_threshold=0.5)
     task = replace(base, policy=replace(base.policy, memory_guard=True, learned=LearnedPolicy(precision=0.97)))
     strict = replace(base, name="support-strict", policy=replace(base.policy, memory_failure="error"))
@@ -214,12 +215,12 @@ async def test_a_private_request_leaves_its_text_on_no_error_path(
                     memory=LanceDBMemory(tmp_path / memory, vectors),
                     reflex_embedder=vectors if learned else None,
                     client=client,
-                    diagnostics=diagnostics,
+                    metering=metering,
                 )
 
             served = resolver_with(embedder, "memory", learned=True)
             picky = resolver_with(PickyEmbedder(marker), "picky-memory", learned=False)
-            broken = Resolver(chat, TelemetryStore(tmp_path / "broken"), client=client, diagnostics=diagnostics)
+            broken = Resolver(chat, TelemetryStore(tmp_path / "broken"), client=client, metering=metering)
             (tmp_path / "broken").mkdir()
             (tmp_path / "broken" / "traces").write_text("not a folder: the table cannot be read or written")
 

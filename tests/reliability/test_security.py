@@ -28,7 +28,7 @@ from gil_core.errors import ModelError
 from gil_core.llm import Message, OpenAICompatibleChatModel
 from gil_core.llm.options import call_options
 from gil_core.maintenance import compact_store
-from gil_core.resolver import Resolver
+from gil_core.resolver import ClientSetup, Resolver
 from gil_core.runtime import client_parts, open_runtime
 from gil_core.settings import ClientParts
 from gil_core.taskfile import load_task_file
@@ -88,7 +88,7 @@ async def test_a_tenant_that_spends_its_rate_budget_leaves_the_others_budget_who
     store = TelemetryStore(tmp_path / "store")
     with support_server({REFUND_QUESTION: Script(route=["billing", "refund status"])}) as server:
         async with OpenAICompatibleChatModel(server.base_url, "m") as chat:
-            resolver = Resolver(chat, store, client=ClientParts(limiter=limiter), provider="p")
+            resolver = Resolver(chat, store, client=ClientSetup(ClientParts(limiter=limiter), provider="p"))
             alpha, beta = support_task("alpha", memory_threshold=None), support_task("beta", memory_threshold=None)
             spent = await resolver.resolve(alpha, REFUND_QUESTION)  # two judgments: alpha's whole budget
             refused = await resolver.resolve(alpha, "do you sell gift cards?")

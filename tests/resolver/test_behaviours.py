@@ -19,7 +19,7 @@ from gil_core.errors import MemoryUnavailableError
 from gil_core.fallback import TextContract
 from gil_core.llm import OpenAICompatibleChatModel
 from gil_core.memory import CallableEmbeddingModel, LanceDBMemory
-from gil_core.resolver import Resolver
+from gil_core.resolver import Metering, Resolver
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import HashEmbeddingModel
 from tests.resolver._support import Script, support_server, support_task
@@ -52,7 +52,7 @@ async def test_each_request_is_a_gil_resolve_span_with_its_calls_nested_and_coun
                 chat,
                 TelemetryStore(tmp_path / "store"),
                 memory=LanceDBMemory(tmp_path / "memory", HashEmbeddingModel()),
-                diagnostics=diagnostics,
+                metering=Metering(diagnostics=diagnostics),
             )
             resolution = await resolver.resolve(task, "where is my refund?")
     spans = exporter.get_finished_spans()

@@ -12,7 +12,7 @@ import pytest
 from gil_core.client import InProcessRequestCache, JsonLinesOperationLog, TokenBucketLimiter
 from gil_core.llm import OpenAICompatibleChatModel
 from gil_core.memory import LanceDBMemory
-from gil_core.resolver import Resolver
+from gil_core.resolver import ClientSetup, Resolver
 from gil_core.runtime import client_parts, open_runtime
 from gil_core.settings import ClientParts
 from gil_core.taskfile import load_task_file
@@ -39,7 +39,7 @@ async def test_a_repeated_request_is_answered_from_the_cache_without_a_model_cal
     cache = InProcessRequestCache()
     with support_server(SCRIPTS) as server:
         async with OpenAICompatibleChatModel(server.base_url, "m") as chat:
-            resolver = Resolver(chat, store, client=ClientParts(cache=cache))
+            resolver = Resolver(chat, store, client=ClientSetup(ClientParts(cache=cache)))
             task = support_task(memory_threshold=None)
             first = await resolver.resolve(task, REFUND)
             asked = chat_requests(server)
@@ -56,7 +56,7 @@ async def test_tenants_and_changed_trees_never_share_a_cache_entry(tmp_path: Pat
     store = TelemetryStore(tmp_path / "store")
     with support_server(SCRIPTS) as server:
         async with OpenAICompatibleChatModel(server.base_url, "m") as chat:
-            resolver = Resolver(chat, store, client=ClientParts(cache=InProcessRequestCache()))
+            resolver = Resolver(chat, store, client=ClientSetup(ClientParts(cache=InProcessRequestCache())))
             alpha, beta = support_task("alpha", memory_threshold=None), support_task("beta", memory_threshold=None)
             await resolver.resolve(alpha, REFUND)
             after_alpha = chat_requests(server)
@@ -78,7 +78,7 @@ async def test_a_judge_reply_without_logprobs_is_never_cached(tmp_path: Path) ->
     server = ScriptedOpenAIServer(responder=lambda body: ScriptedReply("A", omit_logprobs=True))
     with server:
         async with OpenAICompatibleChatModel(server.base_url, "m", max_attempts=1) as chat:
-            resolver = Resolver(chat, store, client=ClientParts(cache=cache))
+            resolver = Resolver(chat, store, client=ClientSetup(ClientParts(cache=cache)))
             result = await resolver.resolve(support_task(memory_threshold=None), REFUND)
     # The judgment had no logprobs and the generation's "A" broke the tree contract: neither may be stored.
     assert result.output is None and result.failure is not None
@@ -90,7 +90,7 @@ async def test_the_operation_log_holds_one_entry_per_model_call_and_none_for_cac
     log = JsonLinesOperationLog(tmp_path / "store")
     with support_server(SCRIPTS) as server:
         async with OpenAICompatibleChatModel(server.base_url, "m") as chat:
-            resolver = Resolver(chat, store, client=ClientParts(cache=InProcessRequestCache(), log=log))
+            resolver = Resolver(chat, store, client=ClientSetup(ClientParts(cache=InProcessRequestCache(), log=log)))
             task = support_task(memory_threshold=None)
             await resolver.resolve(task, REFUND)
             await resolver.resolve(task, REFUND)
@@ -109,7 +109,7 @@ async def test_a_refused_call_goes_to_the_fallback_model_which_is_recorded_by_na
             OpenAICompatibleChatModel(spare.base_url, "spare-model") as fallback,
         ):
             resolver = Resolver(
-                chat, store, client=ClientParts(limiter=limiter), provider="main", fallback_chat=fallback
+                chat, store, client=ClientSetup(ClientParts(limiter=limiter), provider="main", fallback=fallback)
             )
             result = await resolver.resolve(support_task(memory_threshold=None), REFUND)
     assert result.mode == "habit/answer"
@@ -146,7 +146,7 @@ async def test_do_not_record_leaves_no_trace_of_the_request_in_any_file_or_log_l
     caplog.set_level(logging.DEBUG)
     with support_server({secret: Script(route=["billing", "refund status"])}) as server:
         async with OpenAICompatibleChatModel(server.base_url, "m") as chat:
-            resolver = Resolver(chat, store, memory=memory, client=parts)
+            resolver = Resolver(chat, store, memory=memory, client=ClientSetup(parts))
             task = support_task()
             private = await resolver.resolve(task, secret, do_not_record=True)
             await resolver.feedback(task, private.trace_id, correct=True)

@@ -12,7 +12,7 @@ import pytest
 
 from gil_core.llm import EmbeddingRecorder, OpenAICompatibleChatModel, OpenAICompatibleEmbeddingModel
 from gil_core.memory import LanceDBMemory, LexicalMemory, Memory
-from gil_core.resolver import Resolver
+from gil_core.resolver import Metering, Resolver
 from gil_core.tasks import Resolution
 from gil_core.telemetry import EnergyModel, TelemetryStore
 from gil_core.testing import ScriptedOpenAIServer
@@ -95,7 +95,7 @@ async def test_one_request_per_mode_is_stored_with_its_priced_calls(
     store = TelemetryStore(tmp_path / "store")
     task = support_task()
     async with OpenAICompatibleChatModel(server.base_url, "support-model") as chat:
-        resolver = Resolver(chat, store, memory=make_memory(tmp_path, server, store), energy=PRICES)
+        resolver = Resolver(chat, store, memory=make_memory(tmp_path, server, store), metering=Metering(energy=PRICES))
         for text, mode, output, nodes, roles in SEQUENCE:
             resolution = await resolver.resolve(task, text)
             assert (resolution.mode, resolution.output) == (mode, output), text
