@@ -10,6 +10,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gil_core import verdicts
 from gil_core.judge.prompt import Candidate
 from gil_core.ontology.model import OptionKind, Tree
 
@@ -33,12 +34,9 @@ class Evidence:
 
 
 def confirmed_answer(evidence: Evidence) -> str | None:
-    """The answer a verdict confirmed: the output when correct, the correction when wrong (if one was given)."""
-    if evidence.verdict == "correct" and evidence.output and evidence.output.strip():
-        return evidence.output.strip()
-    if evidence.verdict == "wrong" and evidence.correction and evidence.correction.strip():
-        return evidence.correction.strip()
-    return None
+    """The answer a verdict confirmed (``gil_core.verdicts``): the output when correct, the correction when wrong
+    (if one was given)."""
+    return verdicts.confirmed_answer(evidence.verdict, evidence.output, evidence.correction)
 
 
 def item_id(prefix: str, anchor: str, text: str) -> str:

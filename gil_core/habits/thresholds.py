@@ -46,6 +46,7 @@ from gil_core.llm.ports import EmbeddingModel
 from gil_core.ontology.model import OptionKind, Tree
 from gil_core.tasks import TaskDefinition
 from gil_core.telemetry import TelemetryStore
+from gil_core.verdicts import confirmed_answer
 
 __all__ = [
     "MemoryBands",
@@ -242,9 +243,7 @@ def _winner(step: Mapping[str, Any]) -> tuple[str, float] | None:
 
 
 def _confirmed(row: Mapping[str, Any]) -> str | None:
-    answer = row["output"] if row["feedback_verdict"] == "correct" else row["feedback_correction"]
-    answer = (answer or "").strip()
-    return answer or None
+    return confirmed_answer(row["feedback_verdict"], row["output"], row["feedback_correction"])
 
 
 def _habit_homes(tree: Tree) -> tuple[dict[str, set[str]], dict[str, str]]:

@@ -29,6 +29,7 @@ from gil_core.learned.queue import ChosenBy, read_chosen_by
 from gil_core.memory.guard import has_negation
 from gil_core.ontology.model import Tree
 from gil_core.telemetry import TelemetryStore
+from gil_core.verdicts import confirmed_answer
 
 __all__ = ["Confirmed", "LearnedLog", "Logged", "VerdictDigest", "confirmed_path", "read_learned_log", "verdict_digest"]
 
@@ -160,15 +161,12 @@ def _confirmed_option(
     row: Mapping[str, Any], answers: AnswerIndex, options: set[str], none_text: str
 ) -> tuple[bool, str | None]:
     """(whether the confirmed answer is one the learned judge learns, the option it names or None for none)."""
-    if row["feedback_verdict"] == "correct":
-        if str(row["mode"]).startswith("habit/") and row["label"] in options:
-            return True, row["label"]
-        answer = row["output"]
-    else:
-        answer = row["feedback_correction"]
-    if answer is None or not answer.strip():
+    if row["feedback_verdict"] == "correct" and str(row["mode"]).startswith("habit/") and row["label"] in options:
+        return True, row["label"]
+    answer = confirmed_answer(row["feedback_verdict"], row["output"], row["feedback_correction"])
+    if answer is None:
         return False, None
-    if answer.strip() == none_text:
+    if answer == none_text:
         return True, None
     option = answers.option_for(answer)
     return option is not None, option
