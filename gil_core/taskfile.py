@@ -1,20 +1,27 @@
 """Task files: one YAML file names a task, its tree, language, contract, thresholds, models and store.
 
-Every key is documented in the README ("Task file"). Errors name the file, the line and the key.
+Every key is documented in the README ("Task file"). The keys and their types are checked by pydantic models
+(``_TaskFileKeys``; strict: YAML's own types, no coercion; an unknown key is an error), the learned judge's
+section by one made from ``LearnedPolicy`` itself; what a value may be (ranges, one setting given twice) by the
+task's own classes. Errors name the file, the line of the key (kept from the YAML as it is composed) and the
+key, a nested one by its path (``learned_reflex.memory_cut``).
 Paths in a task file are relative to the file itself; ``store`` and ``memory`` may also be ``s3://bucket/prefix``
 URIs, kept as strings (a ``Path`` would fold their ``//``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import typing
+from dataclasses import MISSING, dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from gil_core._config_yaml import BoundedLoader, YAMLLimitError, read_config_text
-from gil_core.errors import ConfigurationError, GilError, TreeFileError
+from gil_core.errors import ConfigurationError
 from gil_core.fallback import TextContract, TreeAnswerContract
 from gil_core.fallback.contracts import Contract
 from gil_core.language import ENGLISH, KOREAN, PromptLanguage
@@ -22,7 +29,7 @@ from gil_core.llm._endpoint import url_problem
 from gil_core.ontology import Tree, load_tree
 from gil_core.settings import GilSettings, load_settings
 from gil_core.storage import location
-from gil_core.tasks import LearnedPolicy, TaskDefinition, TaskPolicy
+from gil_core.tasks import FallbackScope, LearnedPolicy, MemoryFailurePolicy, TaskDefinition, TaskPolicy
 from gil_core.traverse import Thresholds
 
 __all__ = ["ModelSpec", "TaskFile", "TaskFileError", "load_task_file", "parse_task_file", "store_location"]
@@ -155,54 +162,199 @@ def parse_task_file(text: str, *, path: Path, overrides: dict[str, Any] | None =
     return reader.task_file(path)
 
 
+class _Keys(BaseModel):
+    """A mapping of a task file: each key of its type as YAML wrote it (no coercion: ``"1"`` is no number, ``1``
+    no text, ``1`` no ``true``); a key it does not know is an error."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class _RemoteModelKeys(_Keys):
+    url: str
+    name: str
+    api_key_env: str | None = None
+
+
+class _TextContractKeys(_Keys):
+    kind: Literal["text"]
+    max_length: int | None = None
+
+
+class _ThresholdKeys(_Keys):
+    per_layer: list[float]
+    leaf: float
+
+
+def _keys_of(kind: type[Any], name: str) -> type[_Keys]:
+    """The keys of the dataclass ``kind`` as a model: the same names, types and defaults, by construction. A
+    ``float`` field takes an integer as written (``5`` stays ``5``, as in the task's recorded configuration)."""
+    hints = typing.get_type_hints(kind)
+    fields: dict[str, Any] = {
+        item.name: (
+            int | float if hints[item.name] is float else hints[item.name],
+            ... if item.default is MISSING else item.default,
+        )
+        for item in dataclass_fields(kind)
+    }
+    return create_model(name, __base__=_Keys, **fields)
+
+
+_LearnedKeys = _keys_of(LearnedPolicy, "_LearnedKeys")
+_LEARNED_TYPES = typing.get_type_hints(LearnedPolicy)
+
+
+class _TaskFileKeys(_Keys):
+    """Every key of a task file (``_KEYS`` says what each holds). A key left out or null (but those of
+    ``_NULL_IS_WRONG``) takes its default; a policy key's is ``TaskPolicy``'s own, None here."""
+
+    task: str
+    tree: str
+    language: Literal["en", "ko"] = "en"
+    contract: Literal["tree", "text"] | _TextContractKeys = "tree"
+    thresholds: _ThresholdKeys
+    memory_threshold: float | None = None
+    memory_accept: float | None = None
+    memory_verify: int | float | None = None  # as written: TaskPolicy keeps it so
+    verify_confidence: float | None = None
+    memory_failure: MemoryFailurePolicy | None = None
+    fallback_scope: FallbackScope | None = None
+    allow_fallback: bool | None = None
+    use_tree: bool | None = None
+    exploration_rate: float | None = None
+    show_shadows: bool | None = None
+    reflex_threshold: int | float | None = None
+    memory_guard: bool | None = None
+    learned_reflex: _LearnedKeys | None = None  # type: ignore[valid-type]
+    fallback_max_attempts: int | None = None
+    slot_max_attempts: int | None = None
+    fallback_max_tokens: int | None = None
+    examples: list[Any] | None = None
+    chat_model: Literal["local"] | _RemoteModelKeys = "local"
+    embedding_model: Literal["local", "hash", "none"] | _RemoteModelKeys = "local"
+    store: str | Path | None = None  # a Path: an override from a command line
+    memory: str | Path | None = None
+    concurrency: Annotated[int, Field(ge=1)] | None = None
+    order_seed: str | None = None
+    do_not_record: bool | None = None
+    client: dict[str, Any] | None = None
+    fallback_chat_model: Literal["local"] | _RemoteModelKeys | None = None
+
+
+_POLICY_KEYS = (
+    "fallback_scope",
+    "memory_verify",
+    "verify_confidence",
+    "allow_fallback",
+    "memory_failure",
+    "exploration_rate",
+    "show_shadows",
+    "fallback_max_attempts",
+    "slot_max_attempts",
+    "fallback_max_tokens",
+    "use_tree",
+    "memory_guard",
+    "reflex_threshold",
+    "do_not_record",
+)
+"""Task-file keys that are ``TaskPolicy`` fields of the same name, given to it only when the file sets them."""
+
+_TEXT_CONTRACT = {"kind", "max_length"}
+_MODEL_KEYS = ("chat_model", "embedding_model", "fallback_chat_model")
+_NULL_IS_WRONG = ("task", "tree", "thresholds", "contract", "chat_model", "embedding_model")
+"""Keys a null does not leave at their default: it is an error, as a value of the wrong type is."""
+_LEARNED_WORDS = {bool: "true or false", int: "an integer ≥ 1", float: "a number"}
+
+
 class _Reader:
+    """A task file's keys checked by ``_TaskFileKeys``, then turned into a ``TaskFile``; every error names the
+    file, the line of the key it is about (``lines``) and that key."""
+
     def __init__(self, where: str, lines: dict[str, int], data: dict[str, Any], base: Path) -> None:
         self.where, self.lines, self.data, self.base = where, lines, data, base
-        unknown = sorted(set(data) - set(_KEYS))
-        if unknown:
-            key = unknown[0]
-            raise self.fail(key, f"unknown key (known keys: {', '.join(_KEYS)})")
+        if "fallback_chat_model" in data and data["fallback_chat_model"] is None:
+            raise self.fail("fallback_chat_model", self.model_problem("fallback_chat_model", None))
+        given = {key: value for key, value in data.items() if value is not None or key in _NULL_IS_WRONG}
+        try:
+            self.keys = _TaskFileKeys.model_validate(given)
+        except ValidationError as exc:
+            raise self.invalid(exc) from None
 
     def fail(self, key: str, message: str) -> TaskFileError:
         return TaskFileError(message, path=self.where, line=self.lines.get(key), key=key)
 
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., *, required: bool = False) -> Any:
-        if key not in self.data or (self.data[key] is None and not required):
-            if required:
-                raise self.fail(key, f"required ({_KEYS[key]})")
-            return None if default is ... else default
-        value = self.data[key]
-        if isinstance(value, bool) and kind in (int, float, (int, float)):
-            raise self.fail(key, f"expected {_KEYS[key]}, got {value!r}")
-        if not isinstance(value, kind):
-            raise self.fail(key, f"expected {_KEYS[key]}, got {value!r}")
-        return value
+    def invalid(self, exc: ValidationError) -> TaskFileError:
+        """The first of pydantic's complaints (an unknown key first, the first in name order) as today's message,
+        at the line of the task-file key its location starts with."""
+        errors = exc.errors()
+        unknown = sorted(str(error["loc"][0]) for error in errors if error["type"] == "extra_forbidden")
+        unknown = [key for key in unknown if key not in _KEYS]
+        if unknown:
+            return self.fail(unknown[0], f"unknown key (known keys: {', '.join(_KEYS)})")
+        key = str(errors[0]["loc"][0])
+        return self.fail(key, self.message(key, [error for error in errors if error["loc"][0] == key]))
+
+    def message(self, key: str, errors: list[Any]) -> str:
+        """What is wrong with ``key``, from pydantic's complaints about it, worded as the task file is."""
+        value = self.data.get(key)
+        if len(errors[0]["loc"]) == 1 and errors[0]["type"] == "missing":
+            return f"required ({_KEYS[key]})"
+        if key in _MODEL_KEYS:
+            return self.model_problem(key, value)
+        if key == "thresholds" and isinstance(value, dict):
+            if set(value) != {"per_layer", "leaf"}:
+                return "needs exactly per_layer and leaf"
+            return "per_layer is a list of numbers and leaf a number"
+        if key == "contract" and isinstance(value, dict) and set(value) == _TEXT_CONTRACT and value["kind"] == "text":
+            return f"max_length must be an integer, got {value['max_length']!r}"
+        if key == "learned_reflex" and isinstance(value, dict):
+            return self.learned_problem(value, errors)
+        if errors[0]["type"] == "literal_error" and key in _POLICY_KEYS:
+            return f"{key} must be {errors[0]['ctx']['expected']}, not {value!r}"
+        if errors[0]["type"] == "greater_than_equal":
+            return f"must be at least {errors[0]['ctx']['ge']}"
+        return f"expected {_KEYS[key]}, got {value!r}"
+
+    def model_problem(self, key: str, value: Any) -> str:
+        if isinstance(value, str) and value in ("local", "hash", "none"):
+            return f"expected {_KEYS[key]}, got {value!r}"
+        if isinstance(value, dict) and isinstance(value.get("url"), str) and isinstance(value.get("name"), str):
+            extra = sorted(set(value) - set(_RemoteModelKeys.model_fields))
+            if extra:
+                return f"unknown model key {extra[0]!r} ({', '.join(_RemoteModelKeys.model_fields)})"
+        # The value is not echoed: a malformed spec may hold a key written where it does not belong.
+        return f"expected {_KEYS[key]}, got a {type(value).__name__}"
+
+    def learned_problem(self, value: dict[str, Any], errors: list[Any]) -> str:
+        known = ", ".join(_LearnedKeys.model_fields)
+        unknown = sorted(str(error["loc"][1]) for error in errors if error["type"] == "extra_forbidden")
+        if unknown:
+            return f"unknown key {unknown[0]!r} ({known})"
+        error = errors[0]
+        name = str(error["loc"][1])
+        if error["type"] == "missing":
+            return f"needs {name}: the share of its served judgments that must be right"
+        expected = error.get("ctx", {}).get("expected")
+        if expected is not None:  # one of a few words
+            return f"learned_reflex.{name} must be {expected}, not {value.get(name)!r}"
+        return f"learned_reflex.{name} must be {_LEARNED_WORDS[_LEARNED_TYPES[name]]}, got {value.get(name)!r}"
 
     def path(self, key: str, default: str) -> Path:
-        value = Path(self.get(key, str, default))
+        value = Path(getattr(self.keys, key) or default)
         return value if value.is_absolute() else self.base / value
 
     def location(self, key: str, default: str) -> str | Path:
         """An ``s3://`` URI as written (normalised), or a folder relative to the task file."""
-        value = self.get(key, (str, Path), default)
+        value = getattr(self.keys, key) or default
         return store_location(value, self.base, path=self.where, key=key, line=self.lines.get(key))
 
-    def model(self, key: str, default: str) -> ModelSpec:
-        value = self.data.get(key, default)
-        if isinstance(value, str) and value in ("local", "hash", "none"):
-            if key in ("chat_model", "fallback_chat_model") and value != "local":
-                raise self.fail(key, f"expected {_KEYS[key]}, got {value!r}")
-            return ModelSpec(kind=value)
-        if isinstance(value, dict) and isinstance(value.get("url"), str) and isinstance(value.get("name"), str):
-            extra = sorted(set(value) - {"url", "name", "api_key_env"})
-            if extra:
-                raise self.fail(key, f"unknown model key {extra[0]!r} (url, name, api_key_env)")
-            problem = url_problem(value["url"])  # says why without the URL: it may hold a key
-            if problem is not None:
-                raise self.fail(key, f"url: {problem}")
-            return ModelSpec("remote", value["url"], value["name"], value.get("api_key_env"))
-        # The value is not echoed: a malformed spec may hold a key written where it does not belong.
-        raise self.fail(key, f"expected {_KEYS[key]}, got a {type(value).__name__}")
+    def model(self, key: str) -> ModelSpec | None:
+        value: str | _RemoteModelKeys | None = getattr(self.keys, key)
+        if value is None or isinstance(value, str):
+            return ModelSpec(kind=value) if value is not None else None
+        problem = url_problem(value.url)  # says why without the URL: it may hold a key
+        if problem is not None:
+            raise self.fail(key, f"url: {problem}")
+        return ModelSpec("remote", value.url, value.name, value.api_key_env)
 
     def key_named_in(self, message: str) -> str:
         """The task-file key a policy complaint is about (its message starts with the setting's name)."""
@@ -213,15 +365,13 @@ class _Reader:
         return "task"
 
     def memory_accept(self) -> float | None:
-        if self.data.get("memory_accept") is not None and self.data.get("memory_threshold") is not None:
+        if self.keys.memory_accept is not None and self.keys.memory_threshold is not None:
             raise self.fail("memory_accept", "give memory_accept or memory_threshold, not both (they are one setting)")
-        value = self.get("memory_accept", (int, float), None)
-        if value is None:
-            value = self.get("memory_threshold", (int, float), None)
+        value = self.keys.memory_accept if self.keys.memory_accept is not None else self.keys.memory_threshold
         return float(value) if value is not None else None
 
     def client(self) -> dict[str, Any]:
-        value = self.get("client", dict, {})
+        value = self.keys.client or {}
         unknown = sorted(set(value) - set(GilSettings.model_fields))
         if unknown:
             raise self.fail("client", f"unknown client setting {unknown[0]!r} ({', '.join(GilSettings.model_fields)})")
@@ -232,116 +382,69 @@ class _Reader:
         return dict(value)
 
     def tree(self) -> Tree:
-        tree_path = self.path("tree", "")
-        if "tree" not in self.data:
-            raise self.fail("tree", f"required ({_KEYS['tree']})")
-        try:
-            return load_tree(tree_path)
-        except TreeFileError:
-            raise
-        except GilError as exc:  # pragma: no cover - load_tree raises TreeFileError only
-            raise self.fail("tree", str(exc)) from exc
+        return load_tree(self.path("tree", ""))
 
     def contract(self, tree: Tree) -> Contract:
-        value = self.data.get("contract", "tree")
+        value = self.keys.contract
         if value == "tree":
             return TreeAnswerContract(tree)
         if value == "text":
             return TextContract()
-        if isinstance(value, dict) and value.get("kind") == "text" and set(value) <= {"kind", "max_length"}:
-            max_length = value.get("max_length")
-            if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)):
-                raise self.fail("contract", f"max_length must be an integer, got {max_length!r}")
-            return TextContract(max_length=max_length)
-        raise self.fail("contract", f"expected {_KEYS['contract']}, got {value!r}")
+        assert isinstance(value, _TextContractKeys)
+        return TextContract(max_length=value.max_length)
 
     def learned(self) -> LearnedPolicy | None:
-        value = self.get("learned_reflex", dict, None)
+        value = self.keys.learned_reflex
         if value is None:
             return None
-        unknown = sorted(set(value) - set(LearnedPolicy.keys()))
-        if unknown:
-            raise self.fail("learned_reflex", f"unknown key {unknown[0]!r} ({', '.join(LearnedPolicy.keys())})")
-        if "precision" not in value:
-            raise self.fail("learned_reflex", "needs precision: the share of its served judgments that must be right")
         try:
-            return LearnedPolicy(**value)
-        except (ConfigurationError, TypeError) as exc:
+            return LearnedPolicy(**value.model_dump())
+        except ConfigurationError as exc:
             raise self.fail("learned_reflex", str(exc)) from exc
 
     def thresholds(self) -> Thresholds:
-        value = self.get("thresholds", dict, required=True)
-        if set(value) != {"per_layer", "leaf"}:
-            raise self.fail("thresholds", "needs exactly per_layer and leaf")
-        per_layer = value["per_layer"]
-        if (
-            not isinstance(per_layer, list)
-            or not all(_is_number(v) for v in per_layer)
-            or not _is_number(value["leaf"])
-        ):
-            raise self.fail("thresholds", "per_layer is a list of numbers and leaf a number")
+        value = self.keys.thresholds
         try:
-            return Thresholds(per_layer=tuple(float(v) for v in per_layer), leaf=float(value["leaf"]))
+            return Thresholds(per_layer=tuple(float(v) for v in value.per_layer), leaf=float(value.leaf))
         except ConfigurationError as exc:
             raise self.fail("thresholds", str(exc)) from exc
 
     def task_file(self, path: Path) -> TaskFile:
-        name = self.get("task", str, required=True)
-        if not name.strip():
+        keys = self.keys
+        if not keys.task.strip():
             raise self.fail("task", "a task needs a non-blank name (the tenant)")
-        language_name = self.get("language", str, "en")
-        if language_name not in LANGUAGES:
-            raise self.fail("language", f"expected {_KEYS['language']}, got {language_name!r}")
         tree = self.tree()
+        given = {key: getattr(keys, key) for key in _POLICY_KEYS if getattr(keys, key) is not None}
         try:
             policy = TaskPolicy(
                 thresholds=self.thresholds(),
-                fallback_scope=self.get("fallback_scope", str, "path"),
                 memory_threshold=self.memory_accept(),
-                memory_verify=self.get("memory_verify", (int, float), None),
-                verify_confidence=float(self.get("verify_confidence", (int, float), 0.8)),
-                allow_fallback=self.get("allow_fallback", bool, True),
-                memory_failure=self.get("memory_failure", str, "miss"),
-                exploration_rate=float(self.get("exploration_rate", (int, float), 0.0)),
-                show_shadows=self.get("show_shadows", bool, True),
-                fallback_max_attempts=self.get("fallback_max_attempts", int, 3),
-                slot_max_attempts=self.get("slot_max_attempts", int, 3),
-                fallback_max_tokens=self.get("fallback_max_tokens", int, 512),
-                use_tree=self.get("use_tree", bool, True),
-                memory_guard=self.get("memory_guard", bool, False),
-                reflex_threshold=self.get("reflex_threshold", (int, float), None),
-                do_not_record=self.get("do_not_record", bool, False),
                 learned=self.learned(),
+                **given,
             )
         except TaskFileError:
             raise
         except ConfigurationError as exc:
             raise self.fail(self.key_named_in(str(exc)), str(exc)) from exc
-        examples = self.get("examples", list, [])
         task = TaskDefinition(
-            name=name,
+            name=keys.task,
             contract=self.contract(tree),
             tree=tree,
             policy=policy,
-            language=LANGUAGES[language_name],
-            examples=tuple(str(example) for example in examples),
+            language=LANGUAGES[keys.language],
+            examples=tuple(str(example) for example in keys.examples or ()),
         )
-        concurrency = self.get("concurrency", int, 4)
-        if concurrency < 1:
-            raise self.fail("concurrency", "must be at least 1")
         return TaskFile(
             task=task,
             path=path,
-            chat_model=self.model("chat_model", "local"),
-            embedding_model=self.model("embedding_model", "local"),
+            chat_model=self.model("chat_model") or ModelSpec(kind="local"),
+            embedding_model=self.model("embedding_model") or ModelSpec(kind="local"),
             store=self.location("store", ".gil/store"),
             memory=self.location("memory", ".gil/memory"),
-            concurrency=concurrency,
-            order_seed=self.get("order_seed", str, None),
+            concurrency=keys.concurrency if keys.concurrency is not None else 4,
+            order_seed=keys.order_seed,
             client=self.client(),
-            fallback_chat_model=self.model("fallback_chat_model", "local")
-            if "fallback_chat_model" in self.data
-            else None,
+            fallback_chat_model=self.model("fallback_chat_model"),
         )
 
 
@@ -349,10 +452,6 @@ def _first_error(exc: ConfigurationError) -> str:
     """The first pydantic complaint, on one line."""
     lines = [line.strip() for line in str(exc).splitlines()[1:] if line.strip()]
     return " — ".join(lines[:2])
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def store_location(value: str | Path, base: Path | None, *, path: str, key: str, line: int | None = None) -> str | Path:

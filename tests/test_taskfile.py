@@ -123,3 +123,38 @@ async def test_a_task_file_on_s3_opens_its_runtime_there_with_the_environments_s
     assert again.mode == "memory" and again.output == trace.output
     assert TelemetryStore(store).read("traces")["trace_id"].to_list() == [trace.trace_id, again.trace_id]
     assert not (tmp_path / "s3:").exists() and not any(tmp_path.glob("**/gil/store"))
+
+
+def test_every_task_file_key_is_described_and_checked() -> None:
+    from gil_core.taskfile import _KEYS, _TaskFileKeys
+
+    assert set(_TaskFileKeys.model_fields) == set(_KEYS)
+
+
+def test_a_nested_key_of_the_wrong_type_names_the_line_of_its_section_and_its_path(tmp_path: Path) -> None:
+    task = write_task_file(tmp_path, UNUSED, learned_reflex={"precision": 0.9, "memory_cut": 1})
+    line = key_line(task, "learned_reflex")
+    with pytest.raises(TaskFileError) as raised:
+        load_task_file(task)
+    assert str(raised.value) == f"{task}:{line}: learned_reflex: learned_reflex.memory_cut must be true or false, got 1"
+    assert (raised.value.line, raised.value.key) == (line, "learned_reflex")
+
+
+@pytest.mark.parametrize(
+    ("changes", "key", "message"),
+    [
+        ({"order_seed": 7}, "order_seed", "expected seed that shuffles judge candidates per request, got 7"),
+        ({"concurrency": 2.5}, "concurrency", "expected model calls in flight during a batch, got 2.5"),
+        ({"fallback_scope": "all"}, "fallback_scope", "fallback_scope must be 'path' or 'full', not 'all'"),
+        ({"chat_model": {"url": UNUSED, "name": "m", "token": "sk-1"}}, "chat_model", "unknown model key 'token'"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused_as_written(
+    changes: dict[str, object], key: str, message: str, tmp_path: Path
+) -> None:
+    """Strict types: YAML's own, never coerced (``7`` is no seed text, ``2.5`` no count)."""
+    task = write_task_file(tmp_path, UNUSED, **changes)
+    with pytest.raises(TaskFileError) as raised:
+        load_task_file(task)
+    assert str(raised.value).startswith(f"{task}:{key_line(task, key)}: {key}: {message}"), raised.value
+    assert "sk-1" not in str(raised.value)
