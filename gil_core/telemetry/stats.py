@@ -19,6 +19,7 @@ import polars as pl
 from gil_core.errors import ConfigurationError
 from gil_core.telemetry._ports import StatsSource, TableScanner
 from gil_core.telemetry.energy import EnergyModel
+from gil_core.verdicts import confirmed_answer_expr
 from gil_core.wilson import WILSON_Z, wilson_terms
 
 __all__ = [
@@ -251,18 +252,6 @@ def price_expression(model: EnergyModel) -> pl.Expr:
     )
 
 
-def _confirmed_answer() -> pl.Expr:
-    """The answer a verdict confirms: the output when correct, the correction when wrong, stripped."""
-    verdict = pl.col("feedback_verdict")
-    return (
-        pl.when(verdict == "correct")
-        .then(pl.col("output"))
-        .when(verdict == "wrong")
-        .then(pl.col("feedback_correction"))
-        .str.strip_chars()
-    )
-
-
 # -- the computation ------------------------------------------------------------------------------------------
 
 
@@ -295,7 +284,7 @@ def compute_stats(
         .drop("recall")
     )
     if tree is not None:
-        scan = scan.with_columns(answer=_confirmed_answer()).drop("output", "feedback_correction")
+        scan = scan.with_columns(answer=confirmed_answer_expr()).drop("output", "feedback_correction")
     # Read (and supersede) once; only the cost windows need request order, so only they sort, on two columns.
     frame = scan.collect().lazy()
     costs = frame.select("trace_id", "created_at", "energy")
