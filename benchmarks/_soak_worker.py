@@ -81,14 +81,14 @@ def accounted_bytes(runtime: Runtime) -> dict[str, int]:
     """What the remembered entries and the documented caches hold (Python-reachable bytes, each counted once;
     LanceDB's caches as its session reports them), and everything else reachable from the runtime."""
     seen: set[int] = set()
-    resolver = runtime.resolver
+    feedback = getattr(runtime.resolver, "_feedback", None)  # gil_core.feedback.Feedback
     sizes = {
         "memory entries": deep_size(_instances("TaskVectors", "IndexedTask"), seen),
         "memory query vectors": deep_size(_instances("_QueryVectors"), seen),
         "request cache": deep_size(_instances("InProcessRequestCache"), seen),
-        "recent trace rows (the resolver's latest 10,000)": deep_size([getattr(resolver, "_recent", None)], seen),
+        "recent trace rows (the resolver's latest 10,000)": deep_size([getattr(feedback, "_recent", None)], seen),
         "memory evidence and shadow index": deep_size(
-            [getattr(resolver, "_evidence_by_task", None), getattr(resolver, "_shadows", None)], seen
+            [getattr(feedback, "_evidence_by_task", None), getattr(feedback, "_shadows", None)], seen
         ),
     }
     grams = getattr(sys.modules.get("gil_core.testing"), "_gram_bucket", None)

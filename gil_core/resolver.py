@@ -8,31 +8,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import polars as pl
-from cachetools import FIFOCache
-
 from gil_core._redaction import unquote
 from gil_core.batch_scope import batch_columns
 from gil_core.diagnostics import MemoryOutcome
-from gil_core.errors import GilError, MemoryUnavailableError, ModelError, UnknownTraceError
+from gil_core.errors import MemoryUnavailableError, ModelError
 from gil_core.fallback import Generation, TreeAnswerContract, run_procedure
 from gil_core.fallback.contracts import Contract
-from gil_core.habits.attribution import ReliabilityDelta, attribute_verdict
-from gil_core.habits.costs import evidence_from_row
-from gil_core.habits.counters import reliability_rows, walk_rows
-from gil_core.habits.shadows import Evidence, build_shadow_index
-from gil_core.judge import Candidate
+from gil_core.feedback import Feedback
+from gil_core.habits.attribution import ReliabilityDelta
+from gil_core.habits.counters import walk_rows
 from gil_core.learned import LearnedJudge, LearnedState, Learner, memory_configured, served_answer
 from gil_core.llm import ChatModel, EmbeddingModel, trace_scope
 from gil_core.llm.options import call_options
-from gil_core.memory import FeedbackEvent, Memory, Recall, rebuild_memory
+from gil_core.memory import FeedbackEvent, Memory, Recall
 from gil_core.memory.evidence import MemoryEvidence
 from gil_core.memory.guard import HitGuard, has_negation
 from gil_core.ontology.model import Option, OptionKind
@@ -43,7 +37,6 @@ from gil_core.wiring import ClientSetup, Judging, Metering, Wiring
 
 __all__ = ["ClientSetup", "Judging", "Metering", "Resolver"]
 
-_RECENT_TRACES = 10_000
 _GUARD = HitGuard()
 
 
@@ -88,14 +81,9 @@ class Resolver:
         self._memory = memory
         self._parts = Wiring(chat, store, reflex_embedder, client=client, judging=judging, metering=metering)
         self._learner, self._diagnostics = self._parts.learners, self._parts.diagnostics
-        self._evidence_by_task: dict[str, MemoryEvidence] = {}
+        self._feedback = Feedback(store, memory=memory, learner=self._learner)
         self._configs: dict[str, dict[str, Any]] = {}
         self._configured: dict[str, TaskDefinition] = {}  # the definition whose configuration was recorded last
-        # Rows of traces this resolver stored recently: feedback usually follows soon, and a scan of the
-        # traces table costs a read of every file in it. The oldest stored goes first: a read keeps a row no longer.
-        self._recent: FIFOCache[str, dict[str, Any]] = FIFOCache(_RECENT_TRACES)
-        self._recent_lock = threading.Lock()  # cachetools caches are not thread-safe
-        self._shadows: dict[str, Mapping[str, list[Candidate]]] = {}
 
     @property
     def store(self) -> TelemetryStore:
@@ -165,7 +153,7 @@ class Resolver:
             vector = self._learner.vector_row(task.name, trace_id, text)
             if vector is not None:  # the request's vector, for the learned judge's refits
                 counters["vectors"] = [vector]
-        self._remember_row(trace_id, self._store.record_trace(trace, calls, extra_rows=counters))
+        self._feedback.keep(self._store.record_trace(trace, calls, extra_rows=counters))
         if failed is not None:
             raise failed
         return Resolution(
@@ -207,7 +195,7 @@ class Resolver:
         """A hit in the verify band, put to the yes/no judgment unless its entry's evidence clears it."""
         policy = task.policy
         assert policy.memory_threshold is not None and policy.memory_verify is not None
-        evidence = self._memory_evidence(task) if recall.source is not None else MemoryEvidence()
+        evidence = self._feedback.memory_evidence(task) if recall.source is not None else MemoryEvidence()
         bar = evidence.threshold(recall.source, accept=policy.memory_threshold, verify=policy.memory_verify)
         if recall.similarity is None or recall.similarity >= bar or recall.text is None:
             return recall
@@ -248,15 +236,6 @@ class Resolver:
             return recall
         return replace(recall, hit=False, error=f"learned: the learned judge serves {option or 'none of these'}")
 
-    def _memory_evidence(self, task: TaskDefinition) -> MemoryEvidence:
-        """The task's per-entry evidence, read off the log once and then kept current by ``feedback``."""
-        evidence = self._evidence_by_task.get(task.name)
-        if evidence is None:
-            evidence = self._evidence_by_task[task.name] = self._store.rescanning(
-                lambda: MemoryEvidence.from_log(self._store.scan("traces"), task.name)
-            )
-        return evidence
-
     async def _lookup(self, task: TaskDefinition, text: str) -> tuple[Recall | None, MemoryOutcome]:
         threshold = task.policy.memory_threshold
         if task.policy.memory_verify is not None:
@@ -277,7 +256,7 @@ class Resolver:
         root = task.tree.root
         if not task.policy.use_tree or (not root.children and not root.options):
             return None, None  # the baseline, or a bare root: straight to generation, no judgment call
-        shadows = self._shadow_index(task) if task.policy.show_shadows else None
+        shadows = self._feedback.shadows(task) if task.policy.show_shadows else None
         try:
             judge = await self._parts.judge(task)
         except ModelError as exc:  # the embedder failed while the learned judge was being fitted
@@ -366,128 +345,29 @@ class Resolver:
         except ModelError as exc:
             return f"model failed: {exc}"
 
-    # -- feedback -----------------------------------------------------------------------------------------
+    # -- feedback: gil_core.feedback ----------------------------------------------------------------------
 
     async def feedback(self, task: TaskDefinition, trace_id: str, correct: bool, correction: str | None = None) -> None:
-        """Record a verdict on a trace, then teach habit statistics and memory from it.
-
-        The verdict is durable first; a memory that fails to learn is left to a rebuild from the history.
-        """
-        row = self._trace_row(task.name, trace_id)
-        verdict = "correct" if correct else "wrong"
-        correction = correction.strip() if correction and correction.strip() else None
-        judged = {**row, "feedback_verdict": verdict, "feedback_correction": correction if not correct else None}
-        steps = [_step_from_json(item) for item in json.loads(row["path"] or "[]")]
-        deltas = attribute_verdict(
-            task.tree, mode=row["mode"], steps=steps, output=row["output"], correct=correct, correction=correction
-        )
-        self._store.append_many({"traces": [judged], "habit_reliability": reliability_rows(task.name, deltas)})
-        self._remember_row(trace_id, judged)
-        self._shadows.pop(task.name, None)
-        if task.policy.learned is not None and self._learner is not None:
-            self._learner.note_feedback(task.name)
-        await self._learn(task, trace_id, row, correct, correction)
+        """Record a verdict on a trace, then teach habit statistics and memory from it (``Feedback.give``)."""
+        await self._feedback.give(task, trace_id, correct, correction)
 
     async def relearn(self, task: TaskDefinition, trace_id: str) -> None:
-        """Teach memory the verdict ``trace_id`` already carries (after a crash between storing a verdict and
-        memory learning it). Idempotent; habit statistics are not touched. A trace without a verdict: nothing."""
-        row = self._trace_row(task.name, trace_id)
-        if row["feedback_verdict"] is None or task.policy.memory_threshold is None or self._memory is None:
-            return
-        correct = row["feedback_verdict"] == "correct"
-        await self._learn(task, trace_id, row, correct, row["feedback_correction"], count=False)
-
-    async def _learn(
-        self,
-        task: TaskDefinition,
-        trace_id: str,
-        row: Mapping[str, Any],
-        correct: bool,
-        correction: str | None,
-        *,
-        count: bool = True,
-    ) -> None:
-        """Memory learns a verdict: a wrong memory hit forgets its source; the confirmed answer is remembered."""
-        if task.policy.memory_threshold is None or self._memory is None:
-            return
-        recall = json.loads(row["recall"]) if row["recall"] else {}
-        if count and row["mode"] == "memory" and recall.get("source") and task.name in self._evidence_by_task:
-            self._evidence_by_task[task.name].record(trace_id, recall["source"], correct)
-        try:
-            if row["mode"] == "memory" and not correct and recall.get("source"):
-                await self._memory.forget(task.name, recall["source"])
-            answer = row["output"] if correct else correction
-            if answer and answer.strip() and row["state"]:  # a private trace has no text to remember
-                await self._memory.remember(task.name, trace_id, row["state"], answer.strip())
-            else:  # nothing confirmed: a verdict given earlier on this trace no longer stands
-                await self._memory.forget(task.name, trace_id)
-        except GilError:
-            pass  # memory is a cache: the verdict is stored, and a rebuild replays it
-        except OSError:
-            pass
+        """Teach memory the verdict ``trace_id`` already carries (``Feedback.relearn``)."""
+        await self._feedback.relearn(task, trace_id)
 
     async def refresh_learned(self, task: TaskDefinition, *, force: bool = False) -> LearnedState | None:
-        """Bring the task's learned judge up to the log: refit it when feedback arrived, when it is missing,
-        stale or unreadable (or ``force``), else pick up a newer one another process stored. None when the task
-        has no ``learned_reflex``."""
-        if task.policy.learned is None:
-            return None
-        return await self._parts.learner(task).refresh(task, force=force)
+        """Bring the task's learned judge up to the log (``Feedback.refresh_learned``)."""
+        return await self._feedback.refresh_learned(task, force=force)
 
     def feedback_history(self, task: str) -> list[FeedbackEvent]:
-        """Every verdict the store holds for ``task`` (the latest on each trace), in the order they were given, as
-        live feedback taught memory: the store's write order (its order key, which no clock skew reorders), not
-        the requests' ``created_at``."""
-        traces = self._store.rescanning(
-            lambda: (
-                self._store.scan("traces")
-                .filter((pl.col("task") == task) & pl.col("feedback_verdict").is_not_null())
-                .collect()
-            )
-        )
-        return [
-            FeedbackEvent(
-                trace_id=row["trace_id"],
-                text=row["state"],
-                mode=row["mode"],
-                output=row["output"],
-                verdict=row["feedback_verdict"],
-                correction=row["feedback_correction"],
-                recall_source=(json.loads(row["recall"]) or {}).get("source") if row["recall"] else None,
-            )
-            for row in traces.iter_rows(named=True)
-        ]
+        """Every verdict the store holds for ``task``, in the order they were given (``Feedback.history``)."""
+        return self._feedback.history(task)
 
     async def rebuild_memory(self, task: TaskDefinition) -> int:
-        """Make the task's memory hold what its feedback history confirms (after a loss, or for a new store).
-
-        Returns how many entries it holds afterwards.
-        """
-        if self._memory is None:
-            return 0
-        await rebuild_memory(self._memory, task.name, self.feedback_history(task.name))
-        return len(await self._memory.entries(task.name))
-
-    def _trace_row(self, task: str, trace_id: str) -> dict[str, Any]:
-        with self._recent_lock:
-            row = self._recent.get(trace_id)
-        if row is None:
-            rows = self._store.rescanning(
-                lambda: self._store.scan("traces").filter(pl.col("trace_id") == trace_id).collect()
-            )
-            if rows.is_empty():
-                raise UnknownTraceError(f"no trace {trace_id!r} in {self._store.root}", trace_id=trace_id, task=task)
-            row = rows.row(0, named=True)
-        if row["task"] != task:
-            # Tenants never see each other's traces: say only that this task has no such trace.
-            raise UnknownTraceError(f"task {task!r} has no trace {trace_id!r}", trace_id=trace_id, task=task)
-        return row
+        """Make the task's memory hold what its feedback confirms; its entries after (``Feedback.rebuild_memory``)."""
+        return await self._feedback.rebuild_memory(task)
 
     # -- helpers ------------------------------------------------------------------------------------------
-
-    def _remember_row(self, trace_id: str, row: dict[str, Any]) -> None:
-        with self._recent_lock:
-            self._recent[trace_id] = row
 
     @staticmethod
     def _categories(task: TaskDefinition, walk: Traversal | None) -> list[str]:
@@ -500,25 +380,6 @@ class Resolver:
         if task.policy.fallback_scope != "path":
             return []
         return [task.tree.node(node_id).label for node_id in self._categories(task, walk)]
-
-    def _shadow_index(self, task: TaskDefinition) -> Mapping[str, list[Candidate]]:
-        cached = self._shadows.get(task.name)
-        if cached is None:
-            cached = build_shadow_index(task.tree, self._evidence(task.name), exclude=(task.language.none_of_these,))
-            self._shadows[task.name] = cached
-        return cached
-
-    def _evidence(self, task: str) -> list[Evidence]:
-        traces = self._store.rescanning(
-            lambda: (
-                self._store.scan("traces")
-                .filter((pl.col("task") == task) & pl.col("feedback_verdict").is_not_null())
-                .select("state", "path", "mode", "output", "feedback_verdict", "feedback_correction", "explored_output")
-                .collect()
-            )
-        )
-        rows = (evidence_from_row(row) for row in traces.iter_rows(named=True))
-        return [row for row in rows if row is not None]
 
     def _record_config(self, task: TaskDefinition) -> None:
         if self._configured.get(task.name) is task:  # a definition is immutable: its configuration is recorded
@@ -554,16 +415,6 @@ def _generated(generation: Generation | str) -> tuple[str | None, str | None]:
     if generation.output is None:
         return None, f"contract violated after {generation.attempts} attempts: {generation.complaint}"
     return generation.output, None
-
-
-def _step_from_json(item: Mapping[str, Any]) -> Step:
-    return Step(
-        node=item["node"],
-        layer=item.get("layer") or 0,
-        outcome=item["outcome"],
-        chosen=item.get("chosen"),
-        p=item.get("p"),
-    )
 
 
 _GENERATED = frozenset({"fallback", "partial", "habit/procedure"})

@@ -1,0 +1,59 @@
+"""A trace as feedback reads it back (gil_core.feedback.TraceRow): the traces table's columns in order, the row
+a read gives back unchanged, an unknown column refused; and a memory that fails to learn a verdict is logged,
+the verdict stored all the same."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from gil_core.errors import GilError, SchemaViolationError
+from gil_core.feedback import TraceRow
+from gil_core.memory import LexicalMemory
+from gil_core.resolver import Resolver
+from gil_core.telemetry import TelemetryStore
+from gil_core.telemetry.schemas import COLUMNS
+from gil_core.testing import ScriptedChatModel, ScriptedReply
+from tests.resolver._support import support_task
+
+
+class _Unlearning(LexicalMemory):
+    """A memory that cannot be written to (a full disk, say)."""
+
+    async def remember(self, task: str, key: str, text: str, answer: str) -> None:
+        raise GilError("memory is read-only")
+
+
+def test_a_trace_row_holds_the_traces_columns_in_order() -> None:
+    assert tuple(item.name for item in fields(TraceRow)) == COLUMNS["traces"]
+
+
+async def test_a_stored_trace_reads_back_as_the_row_it_is(tmp_path: Path) -> None:
+    store = TelemetryStore(tmp_path / "store")
+    resolver = Resolver(ScriptedChatModel(responder=lambda *_, **__: ScriptedReply("B")), store)
+    task = support_task(memory_threshold=None)
+    await resolver.resolve(task, "where is my refund?", trace_id="t")
+    await resolver.feedback(task, "t", correct=False, correction="Refunds take five days.")
+    (row,) = store.read("traces").iter_rows(named=True)
+    assert TraceRow.from_row(row).to_row() == row
+    assert row["feedback_verdict"] == "wrong" and row["feedback_correction"] == "Refunds take five days."
+    with pytest.raises(SchemaViolationError, match="unknown columns"):
+        TraceRow.from_row({**row, "surprise": 1})
+
+
+async def test_a_memory_that_fails_to_learn_is_logged_and_the_verdict_stands(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = TelemetryStore(tmp_path / "store")
+    memory = _Unlearning(tmp_path / "memory")
+    resolver = Resolver(ScriptedChatModel(responder=lambda *_, **__: ScriptedReply("B")), store, memory=memory)
+    task = support_task(memory_threshold=0.95)
+    await resolver.resolve(task, "where is my refund?", trace_id="t")
+    with caplog.at_level(logging.WARNING, logger="gil_core.feedback"):
+        await resolver.feedback(task, "t", correct=False, correction="Refunds take five days.")
+    assert "memory did not learn the verdict on trace t (GilError: memory is read-only)" in caplog.text
+    assert store.read("traces")["feedback_verdict"].to_list() == ["wrong"]
+    assert await memory.entries(task.name) == []
