@@ -1,7 +1,9 @@
 """The resolver: memory, then the tree, then the habit's output, then narrowed and finally full generation.
 
-Every request ends in exactly one stored trace with its priced calls; feedback on it teaches memory and the
-habit statistics. See docs/architecture.md, "The way of one request".
+Every request ends in exactly one stored trace with its priced calls. Memory's part (the lookup and the checks
+that may take a hit back) is ``gil_core.recall``; the parts a request is served with are wired per task in
+``gil_core.wiring``; feedback on a trace, and what it teaches memory, the habit statistics and the learned
+judge, is ``gil_core.feedback``. See docs/architecture.md, "The way of one request".
 """
 
 from __future__ import annotations
@@ -23,21 +25,18 @@ from gil_core.fallback.contracts import Contract
 from gil_core.feedback import Feedback
 from gil_core.habits.attribution import ReliabilityDelta
 from gil_core.habits.counters import walk_rows
-from gil_core.learned import LearnedJudge, LearnedState, Learner, memory_configured, served_answer
+from gil_core.learned import LearnedJudge, LearnedState, Learner
 from gil_core.llm import ChatModel, EmbeddingModel, trace_scope
 from gil_core.llm.options import call_options
 from gil_core.memory import FeedbackEvent, Memory, Recall
-from gil_core.memory.evidence import MemoryEvidence
-from gil_core.memory.guard import HitGuard, has_negation
 from gil_core.ontology.model import Option, OptionKind
+from gil_core.recall import MemoryStep
 from gil_core.tasks import Resolution, TaskDefinition
 from gil_core.telemetry import CallRecord, TelemetryStore, TraceRecord, utc_now
 from gil_core.traverse import GreedyTraverser, Step, Traversal
 from gil_core.wiring import ClientSetup, Judging, Metering, Wiring
 
 __all__ = ["ClientSetup", "Judging", "Metering", "Resolver"]
-
-_GUARD = HitGuard()
 
 
 @dataclass
@@ -78,10 +77,10 @@ class Resolver:
         metering: Metering | None = None,
     ) -> None:
         self._store = store
-        self._memory = memory
         self._parts = Wiring(chat, store, reflex_embedder, client=client, judging=judging, metering=metering)
         self._learner, self._diagnostics = self._parts.learners, self._parts.diagnostics
         self._feedback = Feedback(store, memory=memory, learner=self._learner)
+        self._memory = MemoryStep(memory, self._parts, self._feedback)
         self._configs: dict[str, dict[str, Any]] = {}
         self._configured: dict[str, TaskDefinition] = {}  # the definition whose configuration was recorded last
 
@@ -171,17 +170,7 @@ class Resolver:
         )
 
     async def _resolve(self, task: TaskDefinition, text: str, trace_id: str, *, private: bool) -> _Outcome:
-        recall, memory_outcome = await self._lookup(task, text)
-        if recall is not None and recall.similarity is not None and task.policy.learned is not None:
-            recall = await self._at_learned_cut(task, recall)
-        if recall is not None and task.policy.memory_guard:  # similar, but not the same request: a miss
-            recall = _GUARD.screen(recall, text, private=private)
-        if recall is not None and recall.hit and task.policy.memory_verify is not None:
-            recall = await self._verified(task, text, recall)
-        if recall is not None and recall.hit and task.policy.learned is not None:
-            recall = await self._checked_by_learned(task, text, recall)
-        if recall is not None and memory_outcome != "failed":  # as the checks left it
-            memory_outcome = "hit" if recall.hit else "miss"
+        recall, memory_outcome = await self._memory.recall(task, text, private=private)
         if recall is not None and recall.hit:
             return _Outcome("memory", recall.answer, recall.similarity, recall=recall, memory="hit")
         walk, failure = await self._walk(task, text)
@@ -190,67 +179,6 @@ class Resolver:
         if failure is not None and outcome.failure is None and outcome.output is None:
             outcome.failure = failure
         return outcome
-
-    async def _verified(self, task: TaskDefinition, text: str, recall: Recall) -> Recall:
-        """A hit in the verify band, put to the yes/no judgment unless its entry's evidence clears it."""
-        policy = task.policy
-        assert policy.memory_threshold is not None and policy.memory_verify is not None
-        evidence = self._feedback.memory_evidence(task) if recall.source is not None else MemoryEvidence()
-        bar = evidence.threshold(recall.source, accept=policy.memory_threshold, verify=policy.memory_verify)
-        if recall.similarity is None or recall.similarity >= bar or recall.text is None:
-            return recall
-        try:
-            verdict = await self._parts.verifier(task).verify(text, recall.text)
-        except ModelError as exc:  # an unverified hit is not served: a miss that says why
-            return replace(recall, hit=False, verified=False, error=f"verification failed: {exc}")
-        same = verdict.yes and verdict.confidence >= policy.verify_confidence
-        return replace(recall, hit=same, verified=same)
-
-    async def _at_learned_cut(self, task: TaskDefinition, recall: Recall) -> Recall:
-        """The recall judged at memory's cut read from the log (``learned.memory_cut``) instead of the configured
-        one, once a fit has read it for the task's current memory settings."""
-        configured = memory_configured(task)
-        if configured is None:
-            return recall
-        try:
-            state = await self._parts.learner(task).serving_state(task)
-        except ModelError:
-            return recall
-        return recall if state.memory is None else state.memory.judged(recall, configured)
-
-    async def _checked_by_learned(self, task: TaskDefinition, text: str, recall: Recall) -> Recall:
-        """A memory hit the learned judge would overrule: where it would serve a whole walk to another answer
-        than the remembered one (requests a word apart, "add milk to the list" and "check milk off the list",
-        look alike to an embedder), the hit is a miss that says why and the walk answers. Costs no model call:
-        the request's vector is the one memory just made."""
-        learner = self._parts.learner(task)
-        try:
-            state = await learner.serving_state(task)
-            vector = await learner.request_vector(text)
-        except ModelError:
-            return recall
-        served, option = served_answer(state, task.tree, vector, negates=has_negation(text))
-        answer = (recall.answer or "").strip()
-        remembered = None if answer == task.language.none_of_these else self._parts.answers(task).option_for(answer)
-        if not served or (remembered is None and answer != task.language.none_of_these) or option == remembered:
-            return recall
-        return replace(recall, hit=False, error=f"learned: the learned judge serves {option or 'none of these'}")
-
-    async def _lookup(self, task: TaskDefinition, text: str) -> tuple[Recall | None, MemoryOutcome]:
-        threshold = task.policy.memory_threshold
-        if task.policy.memory_verify is not None:
-            threshold = task.policy.memory_verify  # the lowest similarity that may still be served
-        if threshold is None or self._memory is None:
-            return None, "off"
-        try:
-            recall = await self._memory.lookup(task.name, text, threshold=threshold)
-        except Exception as exc:  # memory is a cache in front of the tree: a failure is a miss, traced
-            if task.policy.memory_failure == "error":
-                if isinstance(exc, MemoryUnavailableError):
-                    raise
-                raise MemoryUnavailableError(f"lookup failed: {exc}", task=task.name) from exc
-            return Recall(threshold=threshold, hit=False, error=f"{type(exc).__name__}: {exc}"), "failed"
-        return recall, "hit" if recall is not None and recall.hit else "miss"
 
     async def _walk(self, task: TaskDefinition, text: str) -> tuple[Traversal | None, str | None]:
         root = task.tree.root
@@ -295,7 +223,7 @@ class Resolver:
                     self._parts.generator(task),
                     text,
                     habit,
-                    path=self._path_labels(task, walk),
+                    path=_path_labels(task, walk),
                     node_id=task.tree.owner(habit.id).id,
                 )
             )
@@ -308,19 +236,17 @@ class Resolver:
     async def _generate(self, task: TaskDefinition, text: str, walk: Traversal | None) -> _Outcome:
         """Generation under the task's contract, narrowed to the deepest confirmed category (habits and
         shadows are not categories, so a template that could not be filled answers within its own)."""
-        categories = self._categories(task, walk)
+        categories = _categories(task, walk)
         mode = "partial" if categories else "fallback"
         if not task.policy.allow_fallback:
             reason = walk.exit_reason if walk is not None else "no tree"
             return _Outcome("abstain", walk=walk, failure=f"no habit reached ({reason}) and fallback is off")
         contract: Contract = task.contract
-        path: list[str] = []
-        if categories and task.policy.fallback_scope == "path":
-            path = [task.tree.node(node_id).label for node_id in categories]
-            if isinstance(contract, TreeAnswerContract):
-                narrowed = contract.narrowed(categories[-1])
-                # A category with no answers of its own cannot narrow anything: keep the full list.
-                contract = narrowed if narrowed.answers() else contract
+        path = _path_labels(task, walk)
+        if path and isinstance(contract, TreeAnswerContract):
+            narrowed = contract.narrowed(categories[-1])
+            # A category with no answers of its own cannot narrow anything: keep the full list.
+            contract = narrowed if narrowed.answers() else contract
         node_id = walk.last_node if walk is not None else task.tree.root.id
         generation = await self._guard(
             self._parts.generator(task).generate(text, contract, path=path, examples=task.examples, node_id=node_id)
@@ -368,18 +294,6 @@ class Resolver:
         return await self._feedback.rebuild_memory(task)
 
     # -- helpers ------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _categories(task: TaskDefinition, walk: Traversal | None) -> list[str]:
-        """The categories (nodes, not habits or shadows) confirmed on the way down, in order."""
-        if walk is None:
-            return []
-        return [node_id for node_id in walk.confirmed if task.tree.has_node(node_id)]
-
-    def _path_labels(self, task: TaskDefinition, walk: Traversal | None) -> list[str]:
-        if task.policy.fallback_scope != "path":
-            return []
-        return [task.tree.node(node_id).label for node_id in self._categories(task, walk)]
 
     def _record_config(self, task: TaskDefinition) -> None:
         if self._configured.get(task.name) is task:  # a definition is immutable: its configuration is recorded
@@ -434,6 +348,20 @@ def _decider(mode: str, steps: Sequence[Step]) -> str:
     if judged:
         return "learned" if mode != "abstain" else "abstain"
     return "abstain"
+
+
+def _categories(task: TaskDefinition, walk: Traversal | None) -> list[str]:
+    """The categories (nodes, not habits or shadows) confirmed on the way down, in order."""
+    if walk is None:
+        return []
+    return [node_id for node_id in walk.confirmed if task.tree.has_node(node_id)]
+
+
+def _path_labels(task: TaskDefinition, walk: Traversal | None) -> list[str]:
+    """The confirmed categories' labels, where the task narrows generation to its path."""
+    if task.policy.fallback_scope != "path":
+        return []
+    return [task.tree.node(node_id).label for node_id in _categories(task, walk)]
 
 
 def _learned_none(task: TaskDefinition, walk: Traversal | None) -> bool:
