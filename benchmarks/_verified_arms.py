@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -164,7 +164,7 @@ def subset(evaluation: Sequence[Lookup], decision: Decision, arm: VerifiedBands)
     return [evaluation[index] for index in _sample(len(evaluation), arm.sample)]
 
 
-__all__: Mapping[str, object] | list[str] = [
+__all__ = [
     "VerifiedBands",
     "local_verifier",
     "oracle_verifier",

@@ -58,7 +58,7 @@ from gil_core.tasks import LearnedPolicy, TaskDefinition
 TITLE = "Feedback queue: the queue against random verdicts"
 COMMAND = "uv run --extra local python -m benchmarks.feedback_queue"
 WORK = ROOT / ".gil" / "bench" / "feedback-queue"
-POLICY = {"precision": 0.97}  # the learned-reflex benchmark's settings
+POLICY = LearnedPolicy(precision=0.97)  # the learned-reflex benchmark's settings
 CHUNK = 50
 BUDGET = 10
 WARMUP = 150
@@ -102,7 +102,7 @@ async def embed_stream(spec: StreamSpec, embedder: Any) -> Embedded:
     """Embed the stream's requests and the tree's prior texts, once each."""
     stream = spec.load()
     task = load_task_file(stream.task_file).task
-    task = replace(task, policy=replace(task.policy, learned=LearnedPolicy(**POLICY)))
+    task = replace(task, policy=replace(task.policy, learned=POLICY))
     requests = list(stream.requests[: spec.size])
     options = {option.id for option, _ in task.tree.options()}
     texts = _prior_texts(task.tree)
@@ -363,7 +363,7 @@ def section(results: Sequence[Paired], weights: QueueWeights, note: str = "") ->
     if all(run.served_share == 0 for paired in results for run in (*paired.queue, *paired.random)):
         notes.append(
             "Served accuracy is 0 in both arms: with 10 verdicts per 50 requests (at most 170 on these streams) no "
-            f"node's logged precision proves the target {POLICY['precision']:.0%} (Wilson lower bound), and the "
+            f"node's logged precision proves the target {POLICY.precision:.0%} (Wilson lower bound), and the "
             "other rule, better than the LLM, needs the LLM's judgments, which this offline run has none of."
         )
     return Section(TITLE, COMMAND, lead, rows, notes, [table])

@@ -60,7 +60,7 @@ from gil_core.wilson import wilson_interval
 
 WORK = ROOT / ".gil" / "bench" / "learned"
 COMMAND = "uv run --extra local python -m benchmarks.learned"
-POLICY = {"precision": 0.97}  # the demo task file's learned_reflex, chosen before any run
+POLICY = LearnedPolicy(precision=0.97)  # the demo task file's learned_reflex, chosen before any run
 REFLEX_THRESHOLD = 0.9  # the quality benchmark's reflex arm
 WARMUP = 150  # "after 150 confirmed": requests from position 150 on
 SAMPLE = 300  # the LLM baselines' sample on longer streams
@@ -101,7 +101,7 @@ class Arm:
     grouped: bool = False
 
 
-LEARNED = {"learned": LearnedPolicy(**POLICY)}
+LEARNED = {"learned": POLICY}
 ARMS = (
     Arm("learned", "learned reflex (the demo's settings)", LEARNED, local=True),
     Arm("reflex", "tree + description reflex 0.9", {"reflex_threshold": REFLEX_THRESHOLD}, local=True, sample=True),
@@ -112,7 +112,7 @@ DESIGN_ARMS = (
     Arm(
         "standin-node",
         "learned, evidence per node only",
-        {"learned": LearnedPolicy(**POLICY, pooling="node")},
+        {"learned": replace(POLICY, pooling="node")},
         local=False,
     ),
     Arm("standin-grouped", "learned, feedback grouped by category", LEARNED, local=False, grouped=True),
@@ -233,7 +233,7 @@ async def run_loco(spec: StreamSpec, work: Path, *, written_only: bool = False) 
         root = full.tree.root
         tree = Tree(replace(root, children=tuple(child for child in root.children if child.id != category)))
         task = replace(full, tree=tree, contract=TreeAnswerContract(tree))
-        task = replace(task, policy=replace(task.policy, learned=LearnedPolicy(**POLICY)))
+        task = replace(task, policy=replace(task.policy, learned=POLICY))
         key = f"loco-{category}"
         task_file = _task_file(spec, key, work, task)
         directory = work / spec.name / key
@@ -496,7 +496,7 @@ async def flat_ceiling(spec: StreamSpec) -> dict[str, Any]:
         seen.add(key)
     confidence: list[float] = []
     right: list[bool] = []
-    regularization = LearnedPolicy(**POLICY).regularization
+    regularization = POLICY.regularization
     for start in range(WARMUP, len(requests), CHUNK):
         if len(set(y[:start])) < 2:
             continue
@@ -510,7 +510,7 @@ async def flat_ceiling(spec: StreamSpec) -> dict[str, Any]:
         right += (model.classes_[probabilities.argmax(axis=1)] == y[chosen]).tolist()
     order = np.argsort(-np.asarray(confidence), kind="stable")
     running = np.cumsum(np.asarray(right)[order]) / np.arange(1, len(order) + 1)
-    meets = np.flatnonzero(running >= POLICY["precision"])
+    meets = np.flatnonzero(running >= POLICY.precision)
     return {
         "requests": len(right),
         "argmax_right": int(sum(right)),
@@ -525,7 +525,7 @@ def ceiling_row(spec: StreamSpec, ceiling: dict[str, Any]) -> Row:
         f"{spec.name}: the embedder's ceiling (a flat classifier, no tree, no gating, C={ceiling['regularization']:g})",
         "",
         f"right serving everything {share(ceiling['argmax_right'], n)}; the most one cut chosen in hindsight serves "
-        f"at ≥ {pct(POLICY['precision'])}: {share(ceiling['servable'], n)}",
+        f"at ≥ {pct(POLICY.precision)}: {share(ceiling['servable'], n)}",
     )
 
 
@@ -554,7 +554,7 @@ def timing_section(quick: bool) -> Section:
         started = time.perf_counter()
         fitted = fit_state(
             task="timing", tree=tree, tree_sha256="0" * 64, threshold=lambda node, layer: 0.5,
-            policy=LearnedPolicy(**POLICY), log=log, priors=priors, embedder="synthetic", dimensions=384,
+            policy=POLICY, log=log, priors=priors, embedder="synthetic", dimensions=384,
             previous=None,
         )  # fmt: skip
         seconds = time.perf_counter() - started

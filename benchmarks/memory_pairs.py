@@ -167,6 +167,15 @@ def arms() -> list[Arm]:
     ]
 
 
+def sweep_arms() -> list[Arm]:
+    """The arms of part C's sweep: the selected threshold at each target, then the false-hit budget."""
+    return [
+        *(SelectedThreshold(target, guard) for target in SWEEP_TARGETS for guard in (False, True)),
+        FalseHitBudget(TARGET_FALSE_HITS),
+        FalseHitBudget(TARGET_FALSE_HITS, guard=True),
+    ]
+
+
 @dataclass(frozen=True)
 class Outcome:
     """An arm's figures on the evaluation half."""
@@ -309,11 +318,7 @@ async def measure(path: Path, *, quick: bool, workdir: Path) -> Results:
     ]
     sweep = [
         score(arm.name, await arm.decide(calibration_lookups, evaluation_lookups), evaluation_lookups)
-        for arm in [
-            *(SelectedThreshold(target, guard) for target in SWEEP_TARGETS for guard in (False, True)),
-            FalseHitBudget(TARGET_FALSE_HITS),
-            FalseHitBudget(TARGET_FALSE_HITS, guard=True),
-        ]
+        for arm in sweep_arms()
     ]
     verified = []
     for verified_arm in verification_arms(quick):

@@ -166,7 +166,7 @@ def feedback_rows(rng: np.random.Generator, traces: pl.DataFrame) -> pl.DataFram
     other = pl.Series(rng.integers(0, CATEGORIES, judged.height).astype(str))
     return judged.with_columns(
         feedback_verdict=pl.when(wrong).then(pl.lit("wrong")).otherwise(pl.lit("correct")),
-        feedback_correction=pl.when(wrong).then(habit_text(other, pl.col("habit"))),
+        feedback_correction=pl.when(wrong).then(habit_text(pl.lit(other), pl.col("habit"))),
     )
 
 
@@ -277,9 +277,7 @@ def main(arguments: list[str]) -> None:
             "… with `tree` (misroutes)": lambda: store.stats(TASK, options.window, tree=tree),
             "… with `pricing` (calls read, repriced, joined)": lambda: store.stats(TASK, options.window, pricing),
         }
-        timings = measure(
-            {label: lambda query=query: _collected(query()) for label, query in cases.items()}, options.runs
-        )
+        timings = measure({label: _collecting(query) for label, query in cases.items()}, options.runs)
         stats = store.stats(TASK, options.window, pricing, tree)
         compacted = compacted_copy(root / "store", root / "compacted")
         compacted_cases = {
@@ -290,9 +288,7 @@ def main(arguments: list[str]) -> None:
                 TASK, options.window
             ),
         }
-        timings |= measure(
-            {label: lambda query=query: _collected(query()) for label, query in compacted_cases.items()}, options.runs
-        )
+        timings |= measure({label: _collecting(query) for label, query in compacted_cases.items()}, options.runs)
         again = compacted.stats(TASK, options.window, pricing, tree)
         assert (again.requests, again.modes, again.misroutes) == (stats.requests, stats.modes, stats.misroutes)
         load = max(load, os.getloadavg()[0])
@@ -305,6 +301,11 @@ def main(arguments: list[str]) -> None:
     print(f"{report}\nchecked: {stats.requests:,} requests, {len(stats.windows):,} windows, {misroutes:,} misroutes")
     if not options.no_write:
         write_section(report)
+
+
+def _collecting(query: Callable[[], object]) -> Callable[[], object]:
+    """``query``, its result collected when it is a lazy frame."""
+    return lambda: _collected(query())
 
 
 def _collected(result: object) -> object:

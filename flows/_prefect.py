@@ -8,9 +8,9 @@ import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
-from prefect import task
+from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
@@ -20,7 +20,8 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from gil_core.reviews import safe_name
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 RunnerKind = Literal["threads", "dask"]
 
 
@@ -34,20 +35,17 @@ def artifact_key(task_name: str, *kinds: str) -> str:
     return "-".join((task, *kinds))
 
 
-def gil_task(*, name: str, retries: int = 0, retry_delay_seconds: float = 2.0) -> Callable[[F], F]:
+def gil_task(
+    *, name: str, retries: int = 0, retry_delay_seconds: float = 2.0
+) -> Callable[[Callable[P, R]], Task[P, R]]:
     """``prefect.task`` with Gil's defaults."""
-
-    def wrap(function: F) -> F:
-        return task(  # type: ignore[return-value]
-            function,
-            name=name,
-            cache_policy=NO_CACHE,
-            persist_result=False,
-            retries=retries,
-            retry_delay_seconds=retry_delay_seconds,
-        )
-
-    return wrap
+    return task(
+        name=name,
+        cache_policy=NO_CACHE,
+        persist_result=False,
+        retries=retries,
+        retry_delay_seconds=retry_delay_seconds,
+    )
 
 
 @contextmanager
@@ -60,13 +58,13 @@ def batch_task_runner(kind: RunnerKind, workers: int, scheduler: str | None = No
     workers report to the Prefect API this flow reports to (``api_for_workers``).
     """
     if kind == "threads":
-        with ThreadPoolTaskRunner(max_workers=1) as runner:
-            yield runner, 1
+        with ThreadPoolTaskRunner[Any](max_workers=1) as threads:
+            yield threads, 1
         return
     if kind != "dask":
         raise ValueError(f"task_runner must be 'threads' or 'dask', got {kind!r}")
     try:
-        from prefect_dask import DaskTaskRunner
+        from prefect_dask.task_runners import DaskTaskRunner
     except ImportError as exc:  # the optional 'scale' extra
         raise ValueError("task_runner 'dask' needs prefect-dask and distributed (the 'scale' extra)") from exc
     if scheduler:

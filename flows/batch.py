@@ -293,7 +293,8 @@ async def _resolve_batch(
     if task_runner == "threads" and not PREFECT_API_URL.value():
         # One process on its own ephemeral server: `concurrency` bounds it in-process. A global limit would only
         # add risk here: that server keeps its leases in memory, so a killed batch's slots would stay taken.
-        limits, slots = [], wanted
+        limits: list[str] = []
+        slots = wanted
     else:
         limits, slots = await ensure_endpoint_limits(model_endpoints(loaded), wanted)
     with batch_task_runner(task_runner, workers, scheduler) as (runner, parallel):

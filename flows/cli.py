@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -169,9 +169,11 @@ def resolve_batch_command(
 
         for _ in valid(report_bad=True):  # the bad lines, said first as the in-process path says them
             pass
-        summary = await resolve_batch_flow(
+        returned = await resolve_batch_flow(
             str(loaded.path), str(tickets), str(out), concurrency, "dask", workers, scheduler, max_line_bytes, lock_wait
         )
+        # A flow that returns a State (a skipped batch's Completed) hands its caller that state's data: a dict.
+        summary = cast("dict[str, Any]", returned)
         failed = summary["failed"][len(bad) :]  # the flow lists the bad lines first
         return {**summary, "failed": failed, "bad_lines": [str(item) for item in bad], "out": str(out)}
 
@@ -182,9 +184,9 @@ def resolve_batch_command(
         async with hold_batch_turn_async(loaded.store, loaded.task.name, wait_s=lock_wait, on_wait=waiting) as turn:
             if not turn.held:
                 return {**skipped_batch(turn.reason), "bad_lines": [], "written": 0, "out": str(out)}
-            return await resolve()
+            return await resolve_tickets()
 
-    async def resolve() -> dict[str, Any]:
+    async def resolve_tickets() -> dict[str, Any]:
         with Progress(
             TextColumn("resolving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), disable=as_json
         ) as bar:
@@ -477,13 +479,13 @@ def doctor(
 
     def render() -> None:
         lines = [f"{store.location}: {check.files:,} files decoded whole"]
-        for item in check.broken:
-            done = "moved into quarantine" if item.moved else (item.note or "not moved: run with --repair")
-            lines.append(f"broken: {item.table}/{item.name}: {item.reason} ({done})")
-        lines += [f"put back: {item.table}/{item.name}" for item in check.restored]
-        for item in check.quarantined:
-            rows = "rows unknown" if item.rows is None else f"{item.rows:,} rows"
-            lines.append(f"quarantined: {item.where} ({rows}): {item.reason}")
+        for broken in check.broken:
+            done = "moved into quarantine" if broken.moved else (broken.note or "not moved: run with --repair")
+            lines.append(f"broken: {broken.table}/{broken.name}: {broken.reason} ({done})")
+        lines += [f"put back: {restored.table}/{restored.name}" for restored in check.restored]
+        for held in check.quarantined:
+            rows = "rows unknown" if held.rows is None else f"{held.rows:,} rows"
+            lines.append(f"quarantined: {held.where} ({rows}): {held.reason}")
         counts = len(check.broken), len(check.restored), len(check.quarantined)
         lines.append("{} broken, {} put back, {} quarantined".format(*counts))
         console.print("\n".join(lines), highlight=False, soft_wrap=True)

@@ -91,7 +91,8 @@ def correction_choices(task: TaskDefinition) -> tuple[str, ...]:
 
 def verdict_row(choices: Sequence[str]) -> type[BaseModel]:
     """One row of the form: the verdict, and for a wrong answer the right one (listed ``choices``, or written)."""
-    verdict = (
+    # create_model's field definitions, (type, FieldInfo); a Literal is a typing special form, not a type, to mypy
+    verdict: tuple[Any, Any] = (
         Literal["unanswered", "correct", "wrong"],
         Field(
             default="unanswered", description="correct: Gil's answer is right; wrong: it is not; unanswered: no verdict"
@@ -100,7 +101,7 @@ def verdict_row(choices: Sequence[str]) -> type[BaseModel]:
     if not choices:
         correction = (str, Field(default="", description="when wrong: the right answer"))
         return create_model("VerdictRow", verdict=verdict, correction=correction)
-    listed = (
+    listed: tuple[Any, Any] = (
         Literal[(NO_CORRECTION, *choices)],  # type: ignore[valid-type]  # the tree's answers, known at run time
         Field(default=NO_CORRECTION, description="when wrong: the right answer, one of the tree's"),
     )

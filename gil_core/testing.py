@@ -196,12 +196,15 @@ class ScriptedCall:
 
 
 class ScriptedChatModel(_Script):
-    """In-process ``ChatModel`` answering from a script, then from ``responder(messages, **kwargs)`` if given.
+    """In-process ``ChatModel`` answering from a script, then from ``responder(messages, **kwargs)`` if given: a
+    ``Completion``, or a ``ScriptedReply`` (made into one as a queued reply is).
 
     Failures queued with ``enqueue_failure`` raise the typed error the HTTP adapter raises after its retries.
     """
 
-    def __init__(self, *, name: str = "scripted", responder: Callable[..., Completion] | None = None) -> None:
+    def __init__(
+        self, *, name: str = "scripted", responder: Callable[..., Completion | ScriptedReply] | None = None
+    ) -> None:
         super().__init__()
         self._name = name
         self._responder = responder

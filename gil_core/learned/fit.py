@@ -139,7 +139,7 @@ def _one_blas_thread(fit: Callable[_P, _R]) -> Callable[_P, _R]:
 
     @functools.wraps(fit)
     def limited(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]  # fit path only
+        from threadpoolctl import threadpool_limits  # fit path only
 
         with threadpool_limits(limits=1):
             return fit(*args, **kwargs)
