@@ -242,7 +242,14 @@ def feedback(
         return {**report.to_json(), "bad_lines": [str(item) for item in bad]}
 
     result = run(work())
-    emit(result, as_json, lambda: console.print(f"applied {result['applied']}, unchanged {result['unchanged']}"))
+
+    def said() -> None:
+        line = f"applied {result['applied']}, unchanged {result['unchanged']}"
+        if result.get("not_learned"):
+            line += f"; memory did not learn {result['not_learned']} (the verdicts are stored: gil rebuild-memory)"
+        console.print(line)
+
+    emit(result, as_json, said)
 
 
 @app.command()

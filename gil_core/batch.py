@@ -36,7 +36,13 @@ from gil_core._ticket_files import (
 )
 from gil_core.atomic import atomic_open
 from gil_core.batch_scope import batch_scope, new_batch_id
-from gil_core.errors import ConfigurationError, GilError, SchemaViolationError, TelemetryError, UnknownTraceError
+from gil_core.errors import (
+    ConfigurationError,
+    GilError,
+    SchemaViolationError,
+    TelemetryError,
+    UnknownTraceError,
+)
 from gil_core.habits.attribution import habit_for_text
 from gil_core.resolver import Resolver
 from gil_core.settings import load_settings
@@ -154,9 +160,15 @@ class FeedbackReport:
     applied: int = 0
     unchanged: int = 0
     failed: list[BadInput] = field(default_factory=list)
+    not_learned: int = 0  # verdicts stored (applied or unchanged) that memory failed to learn: a rebuild replays them
 
     def to_json(self) -> dict[str, Any]:
-        return {"applied": self.applied, "unchanged": self.unchanged, "failed": [str(item) for item in self.failed]}
+        return {
+            "applied": self.applied,
+            "unchanged": self.unchanged,
+            "failed": [str(item) for item in self.failed],
+            "not_learned": self.not_learned,
+        }
 
 
 def ticket_trace_id(task: str, ticket_id: str) -> str:
@@ -564,16 +576,17 @@ async def apply_verdicts(resolver: Resolver, task: TaskDefinition, verdicts: Ite
             stored.append(verdict.trace_id)
             continue
         try:
-            await resolver.feedback(task, verdict.trace_id, verdict.correct, verdict.correction)
+            learned = await resolver.feedback(task, verdict.trace_id, verdict.correct, verdict.correction)
         except UnknownTraceError as exc:
             report.failed.append(BadInput(f"trace {verdict.trace_id!r}", str(exc)))
             continue
         given[verdict.trace_id] = wanted
         report.applied += 1
+        report.not_learned += not learned  # stored, so applied; memory's failure was logged
     # Verdicts already stored (a rerun): memory may not have learnt them before a crash, so teach them again
     # (idempotent: an entry is keyed by its trace id); habit statistics are not counted twice.
     for trace_id in stored:
-        await resolver.relearn(task, trace_id)
+        report.not_learned += not await resolver.relearn(task, trace_id)
     if report.applied:
         await resolver.refresh_learned(task)  # the touched nodes refit before the next batch
     return report

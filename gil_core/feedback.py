@@ -36,6 +36,7 @@ from gil_core.wiring import require_learner
 __all__ = ["Feedback", "TraceRow"]
 
 _log = logging.getLogger(__name__)
+
 _RECENT_TRACES = 10_000
 
 
@@ -129,11 +130,12 @@ class Feedback:
         """Keep the row of a trace just stored, for the verdict that usually follows."""
         self._keep(TraceRow.from_row(row))
 
-    async def give(self, task: TaskDefinition, trace_id: str, correct: bool, correction: str | None = None) -> None:
+    async def give(self, task: TaskDefinition, trace_id: str, correct: bool, correction: str | None = None) -> bool:
         """Record a verdict on a trace, then teach habit statistics and memory from it.
 
-        The verdict is durable first; a memory that fails to learn is left to a rebuild from the history (and
-        logged as a warning).
+        The verdict is durable first. Returns whether memory learned it: a memory that fails is logged as a
+        warning and returns False (never swallowed silently: ``apply_verdicts`` counts it as ``not_learned``), the
+        verdict standing and a rebuild from the history replaying it.
         """
         row = self._trace(task.name, trace_id)
         verdict = "correct" if correct else "wrong"
@@ -147,16 +149,16 @@ class Feedback:
         self._shadows.pop(task.name, None)
         if task.policy.learned is not None and self._learner is not None:
             self._learner.note_feedback(task.name)
-        await self._learn(task, row, correct, correction)
+        return await self._learn(task, row, correct, correction)
 
-    async def relearn(self, task: TaskDefinition, trace_id: str) -> None:
+    async def relearn(self, task: TaskDefinition, trace_id: str) -> bool:
         """Teach memory the verdict ``trace_id`` already carries (after a crash between storing a verdict and
         memory learning it). Idempotent; habit statistics are not touched. A trace without a verdict: nothing."""
         row = self._trace(task.name, trace_id)
         if row.feedback_verdict is None or task.policy.memory_threshold is None or self._memory is None:
-            return
+            return True
         correct = row.feedback_verdict == "correct"
-        await self._learn(task, row, correct, row.feedback_correction, count=False)
+        return await self._learn(task, row, correct, row.feedback_correction, count=False)
 
     async def refresh_learned(self, task: TaskDefinition, *, force: bool = False) -> LearnedState | None:
         """Bring the task's learned judge up to the log: refit it when feedback arrived, when it is missing,
@@ -212,10 +214,11 @@ class Feedback:
 
     async def _learn(
         self, task: TaskDefinition, row: TraceRow, correct: bool, correction: str | None, *, count: bool = True
-    ) -> None:
-        """Memory learns a verdict: a wrong memory hit forgets its source; the confirmed answer is remembered."""
+    ) -> bool:
+        """Memory learns a verdict: a wrong memory hit forgets its source; the confirmed answer is remembered.
+        True when it did (or had nothing to learn), False when memory failed (logged)."""
         if task.policy.memory_threshold is None or self._memory is None:
-            return
+            return True
         source = row.recall_source
         if count and row.mode == "memory" and source and task.name in self._evidence_by_task:
             self._evidence_by_task[task.name].record(row.trace_id, source, correct)
@@ -235,6 +238,8 @@ class Feedback:
                 type(exc).__name__,
                 exc,
             )
+            return False
+        return True
 
     def _trace(self, task: str, trace_id: str) -> TraceRow:
         with self._recent_lock:

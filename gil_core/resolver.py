@@ -273,13 +273,14 @@ class Resolver:
 
     # -- feedback: gil_core.feedback ----------------------------------------------------------------------
 
-    async def feedback(self, task: TaskDefinition, trace_id: str, correct: bool, correction: str | None = None) -> None:
-        """Record a verdict on a trace, then teach habit statistics and memory from it (``Feedback.give``)."""
-        await self._feedback.give(task, trace_id, correct, correction)
+    async def feedback(self, task: TaskDefinition, trace_id: str, correct: bool, correction: str | None = None) -> bool:
+        """Record a verdict on a trace, then teach habit statistics and memory from it (``Feedback.give``); False
+        when memory failed to learn it (the verdict is stored all the same)."""
+        return await self._feedback.give(task, trace_id, correct, correction)
 
-    async def relearn(self, task: TaskDefinition, trace_id: str) -> None:
-        """Teach memory the verdict ``trace_id`` already carries (``Feedback.relearn``)."""
-        await self._feedback.relearn(task, trace_id)
+    async def relearn(self, task: TaskDefinition, trace_id: str) -> bool:
+        """Teach memory the verdict ``trace_id`` already carries (``Feedback.relearn``); False when it failed."""
+        return await self._feedback.relearn(task, trace_id)
 
     async def refresh_learned(self, task: TaskDefinition, *, force: bool = False) -> LearnedState | None:
         """Bring the task's learned judge up to the log (``Feedback.refresh_learned``)."""

@@ -1,6 +1,7 @@
 """A trace as feedback reads it back (gil_core.feedback.TraceRow): the traces table's columns in order, the row
 a read gives back unchanged, an unknown column refused; and a memory that fails to learn a verdict is logged,
-the verdict stored all the same."""
+the verdict stored all the same, and said: ``feedback`` returns False and ``apply_verdicts`` counts it as
+``not_learned``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gil_core.batch import Verdict, apply_verdicts
 from gil_core.errors import GilError, SchemaViolationError
 from gil_core.feedback import TraceRow
 from gil_core.memory import LexicalMemory
@@ -44,7 +46,7 @@ async def test_a_stored_trace_reads_back_as_the_row_it_is(tmp_path: Path) -> Non
         TraceRow.from_row({**row, "surprise": 1})
 
 
-async def test_a_memory_that_fails_to_learn_is_logged_and_the_verdict_stands(
+async def test_a_memory_that_fails_to_learn_is_logged_the_verdict_stands_and_feedback_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = TelemetryStore(tmp_path / "store")
@@ -53,7 +55,27 @@ async def test_a_memory_that_fails_to_learn_is_logged_and_the_verdict_stands(
     task = support_task(memory_threshold=0.95)
     await resolver.resolve(task, "where is my refund?", trace_id="t")
     with caplog.at_level(logging.WARNING, logger="gil_core.feedback"):
-        await resolver.feedback(task, "t", correct=False, correction="Refunds take five days.")
+        learned = await resolver.feedback(task, "t", correct=False, correction="Refunds take five days.")
+    assert learned is False
     assert "memory did not learn the verdict on trace t (GilError: memory is read-only)" in caplog.text
     assert store.read("traces")["feedback_verdict"].to_list() == ["wrong"]
     assert await memory.entries(task.name) == []
+
+
+async def test_verdicts_memory_failed_to_learn_are_applied_and_counted_not_learned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = TelemetryStore(tmp_path / "store")
+    memory = _Unlearning(tmp_path / "memory")
+    resolver = Resolver(ScriptedChatModel(responder=lambda *_, **__: ScriptedReply("B")), store, memory=memory)
+    task = support_task(memory_threshold=0.95)
+    for trace_id in ("a", "b"):
+        await resolver.resolve(task, f"where is refund {trace_id}?", trace_id=trace_id)
+    verdicts = [Verdict("a", True, None), Verdict("b", False, "Refunds take five days.")]
+    with caplog.at_level(logging.WARNING, logger="gil_core.feedback"):
+        report = await apply_verdicts(resolver, task, verdicts)
+    assert (report.applied, report.unchanged, report.not_learned, report.failed) == (2, 0, 2, [])
+    assert "memory did not learn the verdict on trace b" in caplog.text
+    rerun = await apply_verdicts(resolver, task, verdicts)  # stored already: relearned, and still not learned
+    assert (rerun.applied, rerun.unchanged, rerun.not_learned) == (0, 2, 2)
+    assert sorted(store.read("traces")["feedback_verdict"].to_list()) == ["correct", "wrong"]
