@@ -16,6 +16,7 @@ from gil_core.errors import GilError, SchemaViolationError
 from gil_core.feedback import TraceRow
 from gil_core.memory import LexicalMemory
 from gil_core.resolver import Resolver
+from gil_core.tasks import TaskDefinition
 from gil_core.telemetry import TelemetryStore
 from gil_core.telemetry.schemas import COLUMNS
 from gil_core.testing import ScriptedChatModel, ScriptedReply
@@ -46,13 +47,17 @@ async def test_a_stored_trace_reads_back_as_the_row_it_is(tmp_path: Path) -> Non
         TraceRow.from_row({**row, "surprise": 1})
 
 
-async def test_a_memory_that_fails_to_learn_is_logged_the_verdict_stands_and_feedback_says_so(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def _unlearning(tmp_path: Path) -> tuple[TelemetryStore, _Unlearning, Resolver, TaskDefinition]:
     store = TelemetryStore(tmp_path / "store")
     memory = _Unlearning(tmp_path / "memory")
     resolver = Resolver(ScriptedChatModel(responder=lambda *_, **__: ScriptedReply("B")), store, memory=memory)
-    task = support_task(memory_threshold=0.95)
+    return store, memory, resolver, support_task(memory_threshold=0.95)
+
+
+async def test_a_memory_that_fails_to_learn_is_logged_the_verdict_stands_and_feedback_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, memory, resolver, task = _unlearning(tmp_path)
     await resolver.resolve(task, "where is my refund?", trace_id="t")
     with caplog.at_level(logging.WARNING, logger="gil_core.feedback"):
         learned = await resolver.feedback(task, "t", correct=False, correction="Refunds take five days.")
@@ -65,10 +70,7 @@ async def test_a_memory_that_fails_to_learn_is_logged_the_verdict_stands_and_fee
 async def test_verdicts_memory_failed_to_learn_are_applied_and_counted_not_learned(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = TelemetryStore(tmp_path / "store")
-    memory = _Unlearning(tmp_path / "memory")
-    resolver = Resolver(ScriptedChatModel(responder=lambda *_, **__: ScriptedReply("B")), store, memory=memory)
-    task = support_task(memory_threshold=0.95)
+    store, memory, resolver, task = _unlearning(tmp_path)
     for trace_id in ("a", "b"):
         await resolver.resolve(task, f"where is refund {trace_id}?", trace_id=trace_id)
     verdicts = [Verdict("a", True, None), Verdict("b", False, "Refunds take five days.")]
