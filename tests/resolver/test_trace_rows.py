@@ -80,4 +80,5 @@ async def test_verdicts_memory_failed_to_learn_are_applied_and_counted_not_learn
     assert "memory did not learn the verdict on trace b" in caplog.text
     rerun = await apply_verdicts(resolver, task, verdicts)  # stored already: relearned, and still not learned
     assert (rerun.applied, rerun.unchanged, rerun.not_learned) == (0, 2, 2)
+    assert await memory.entries(task.name) == []
     assert sorted(store.read("traces")["feedback_verdict"].to_list()) == ["correct", "wrong"]
