@@ -47,4 +47,5 @@ def test_ci_runs_the_readmes_test_command_and_it_runs_the_heavy_tests_too() -> N
     assert ci[-1] == test_command
     steps = [step.strip() for step in test_command.split("&&")]
     assert "python3 -m uv run pytest -m heavy" in steps
+    assert steps.index("python3 -m uv run python scripts/check.py") < steps.index("python3 -m uv run pytest -m heavy")
     assert steps[-1] == "python3 -m uv run pytest", "the plain run ends it (with the conformance counts)"
