@@ -3,7 +3,8 @@
 Two kinds of vectors, 384 dims: **synthetic clusters** (a cluster per 100 entries, cosine to the own centre ~0.65;
 each query a stored vector moved to cosine ~0.94 of it) and **MiniLM embeddings** (the shipped embedder over the
 bundled home requests and the QQP ``a`` questions, each repeated with small noise, cosine ~0.98 to its original,
-to reach the size; the queries are the QQP ``b`` questions). The baseline is exact top-1 by one float32
+to reach the size; the queries are the QQP ``b`` questions; without ../shared/data beside the checkout, the
+repository's own requests instead: ``real_source``). The baseline is exact top-1 by one float32
 matrix-vector product (OpenBLAS) over the same vectors in the same run; recall@1 is agreement with it.
 
 Arms: ``LanceDBMemory.nearest`` on the exact path (the task held in the process: float32 shortlist, exact float64
@@ -104,15 +105,39 @@ def clustered_vectors(count: int, queries: int, *, seed: int = 0) -> tuple[_Matr
 _EMBEDDED: dict[str, tuple[_Matrix, _Matrix]] = {}
 
 
+def _texts(name: str) -> list[str]:
+    return [json.loads(line)["text"] for line in (ROOT / "data" / name).open(encoding="utf-8")]
+
+
+def real_source() -> str:
+    """What the MiniLM arm embeds, in words: QQP's pairs when ../shared/data holds them, else the repository's
+    own requests (a checkout without the notes beside it, where QQP's file, which has no licence to be
+    redistributed, is absent)."""
+    if QQP.is_file():
+        return (
+            "`data/home_requests.jsonl` and the QQP `a` questions of `../shared/data/qqp_pairs.jsonl`; the queries "
+            "are QQP `b` questions"
+        )
+    return (
+        "the repository's home, assistant and support requests (`data/`; QQP's pairs in `../shared/data` are not "
+        "beside this checkout), four in five stored; the queries are the fifth"
+    )
+
+
 async def _real_embeddings() -> tuple[_Matrix, _Matrix]:
-    """MiniLM vectors of the home requests and QQP ``a`` questions (stored), and of the QQP ``b`` questions."""
+    """MiniLM vectors of the stored texts and of the queries (``real_source``)."""
     if "real" not in _EMBEDDED:
         from gil_core.local import MiniLMEmbeddingModel
 
-        home = [json.loads(line)["text"] for line in (ROOT / "data" / "home_requests.jsonl").open(encoding="utf-8")]
-        pairs = [json.loads(line) for line in QQP.open(encoding="utf-8")]
-        stored = list(dict.fromkeys(home + [pair["a"] for pair in pairs]))
-        asked = list(dict.fromkeys(pair["b"] for pair in pairs))
+        home = _texts("home_requests.jsonl")
+        if QQP.is_file():
+            pairs = [json.loads(line) for line in QQP.open(encoding="utf-8")]
+            stored = list(dict.fromkeys(home + [pair["a"] for pair in pairs]))
+            asked = list(dict.fromkeys(pair["b"] for pair in pairs))
+        else:
+            texts = list(dict.fromkeys(home + _texts("assistant_requests.jsonl") + _texts("support_tickets.jsonl")))
+            stored = [text for index, text in enumerate(texts) if index % 5]
+            asked = texts[::5]
         model = MiniLMEmbeddingModel()
         vectors = [np.asarray((await model.embed(texts)).vectors, dtype=np.float32) for texts in (stored, asked)]
         _EMBEDDED["real"] = (vectors[0], vectors[1])
@@ -523,10 +548,10 @@ def memory_lookup_section(arms: Sequence[LookupArm], command: str) -> Section:
     lead = (
         "Top-1 lookup, 384 dims, over **synthetic clusters** (a cluster per 100 entries; each query a stored "
         "vector moved to cosine ~0.94 of it) and **MiniLM embeddings** (the shipped `MiniLMEmbeddingModel` over "
-        "`data/home_requests.jsonl` and the QQP `a` questions of `shared/data/qqp_pairs.jsonl`, repeated with "
-        f"noise of {COPY_NOISE} per dimension, cosine ~0.98 to the original, to reach the size; the queries are QQP "
-        "`b` questions). Baseline: numpy exact brute force (one float32 matrix-vector product, OpenBLAS) over the "
-        "same vectors in the same run; recall@1 is agreement with it. The memory module is timed through "
+        f"{real_source()}, the stored ones repeated with noise of {COPY_NOISE} per dimension, cosine ~0.98 to "
+        "the original, to reach the size). Baseline: numpy exact brute force (one float32 matrix-vector "
+        "product, OpenBLAS) over the same vectors in the same run; recall@1 is agreement with it. The memory "
+        "module is timed through "
         "`LanceDBMemory.nearest` on a table written in its own schema (the large task beside a small task of "
         "1,000 entries), after a pass that embedded each query, so only the lookup is timed. Exact path: the task "
         "held in the process, ranked by one float32 product, the shortlist rescored in float64 (bit-identical to "

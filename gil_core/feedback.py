@@ -31,6 +31,7 @@ from gil_core.memory.evidence import MemoryEvidence
 from gil_core.tasks import TaskDefinition
 from gil_core.telemetry import TelemetryStore
 from gil_core.traverse import Step
+from gil_core.verdicts import confirmed_answer
 from gil_core.wiring import require_learner
 
 __all__ = ["Feedback", "TraceRow"]
@@ -225,9 +226,9 @@ class Feedback:
         try:
             if row.mode == "memory" and not correct and source:
                 await self._memory.forget(task.name, source)
-            answer = row.output if correct else correction
-            if answer and answer.strip() and row.state:  # a private trace has no text to remember
-                await self._memory.remember(task.name, row.trace_id, row.state, answer.strip())
+            answer = confirmed_answer("correct" if correct else "wrong", row.output, correction)
+            if answer and row.state:  # a private trace has no text to remember
+                await self._memory.remember(task.name, row.trace_id, row.state, answer)
             else:  # nothing confirmed: a verdict given earlier on this trace no longer stands
                 await self._memory.forget(task.name, row.trace_id)
         except (GilError, OSError) as exc:  # memory is a cache: the verdict is stored, and a rebuild replays it

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from gil_core import verdicts
 from gil_core.errors import ConfigurationError
 from gil_core.memory.ports import Memory, MemoryEntry
 
@@ -42,10 +43,9 @@ class FeedbackEvent:
             raise ConfigurationError(f"verdict must be one of {get_args(Verdict)}, got {self.verdict!r}")
 
     def confirmed_answer(self) -> str | None:
-        """The answer this verdict confirms for ``text``: the output when correct, the correction when wrong."""
-        answer = self.output if self.verdict == "correct" else self.correction
-        answer = (answer or "").strip()
-        return answer or None
+        """The answer this verdict confirms for ``text`` (``gil_core.verdicts``): the output when correct, the
+        correction when wrong."""
+        return verdicts.confirmed_answer(self.verdict, self.output, self.correction)
 
 
 def plan_memory(events: Iterable[FeedbackEvent]) -> list[MemoryEntry]:
