@@ -214,8 +214,8 @@ async def resolve_batch(
     (unless the caller holds a group open on the store). A ticket whose trace the store rejected is reported
     failed, with the reason.
     """
-    if window < 1:
-        raise ConfigurationError(f"window must be ≥ 1, got {window}")
+    if window < 1 or concurrency < 1:  # (no worker would take a ticket)
+        raise ConfigurationError(f"window and concurrency must be ≥ 1, got {window} and {concurrency}")
     batch_id = batch_id or new_batch_id()
     with batch_scope(batch_id, flow_run_id):
         return await _resolve_batch(
@@ -242,13 +242,14 @@ async def _resolve_batch(
         total = len(given)
     # The learned judge meets the batch current: refit after feedback, or picked up from another process.
     await resolver.refresh_learned(task)
-    gate = asyncio.Semaphore(concurrency)
     tally = _Tally(report, total, progress)
     stopped: list[TelemetryError] = []  # the store could not write (a full disk, …): no ticket starts after it
     taken = 0  # tickets taken up to be resolved (without a trace when their window was looked up)
 
-    async def one(ticket: Ticket, trace_id: str) -> None:
-        async with gate:
+    async def work(queue: Iterator[tuple[str, Ticket]]) -> None:
+        """One of ``concurrency`` workers: resolves the window's next ticket until none is left. (Workers, not a
+        task per ticket behind a semaphore: no task, wake-up and context copy per ticket.)"""
+        for trace_id, ticket in queue:  # shared by the workers: each ticket is taken once, in order
             if stopped:
                 return  # left for a rerun, like every ticket not acknowledged
             try:
@@ -275,7 +276,8 @@ async def _resolve_batch(
             taken += len(todo)
             tally.expect((trace_id, ticket.id) for trace_id, ticket in todo)
             tally.report_progress()
-            await asyncio.gather(*(one(ticket, trace_id) for trace_id, ticket in todo))
+            queue = iter(todo)
+            await asyncio.gather(*(work(queue) for _ in range(min(concurrency, len(todo)))))
             if stopped:
                 return
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from gil_core.batch import BatchReport, Ticket, resolve_batch
+from gil_core.errors import ConfigurationError
 from gil_core.resolver import Resolver
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import ScriptedChatModel, ScriptedReply
@@ -66,3 +67,42 @@ def test_a_ticket_whose_rows_are_rejected_fails_with_the_reason_and_the_others_a
 
     again, _ = run_batch(root, tickets(40, broken=(3, 27)))  # a rerun tries exactly the two again
     assert (again.skipped, again.resolved, len(again.failed)) == (38, 0, 2)
+
+
+class InFlight:
+    """A chat model that yields to the event loop inside every call and notes how many calls were under way."""
+
+    def __init__(self, model: ScriptedChatModel) -> None:
+        self._model, self.now, self.most = model, 0, 0
+
+    @property
+    def name(self) -> str:
+        return self._model.name
+
+    async def complete(self, messages: Sequence[Any], **options: Any) -> Any:
+        self.now += 1
+        self.most = max(self.most, self.now)
+        try:
+            await asyncio.sleep(0)
+            return await self._model.complete(messages, **options)
+        finally:
+            self.now -= 1
+
+
+@pytest.mark.parametrize("concurrency", [1, 3, 8])
+def test_at_most_concurrency_tickets_resolve_at_once_and_every_ticket_is_taken(
+    tmp_path: Path, concurrency: int
+) -> None:
+    model = InFlight(ScriptedChatModel(responder=sure_of_b))
+    resolver = Resolver(model, TelemetryStore(tmp_path / "store"))
+    report = asyncio.run(
+        resolve_batch(resolver, support_task(memory_threshold=None), tickets(20), concurrency=concurrency)
+    )
+    assert (report.resolved, report.failed) == (20, [])
+    assert model.most == concurrency
+
+
+def test_a_batch_without_a_worker_is_refused(tmp_path: Path) -> None:
+    resolver = Resolver(ScriptedChatModel(responder=sure_of_b), TelemetryStore(tmp_path / "store"))
+    with pytest.raises(ConfigurationError, match="concurrency"):
+        asyncio.run(resolve_batch(resolver, support_task(memory_threshold=None), tickets(2), concurrency=0))
