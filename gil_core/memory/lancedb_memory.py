@@ -32,7 +32,16 @@ from numpy.typing import NDArray
 
 from gil_core.errors import GilError, InvalidArgumentError, MemoryUnavailableError
 from gil_core.llm.ports import EmbeddingModel
-from gil_core.memory._index import IndexBuilder, IndexedTask, IndexSettings, has_vector_index, index_builder
+from gil_core.memory._index import (
+    IndexBuilder,
+    IndexedTask,
+    IndexSettings,
+    Snapshot,
+    TaskRows,
+    current_generation,
+    index_builder,
+    snapshot_folder,
+)
 from gil_core.memory._rules import check_k, check_threshold, latest_per_key
 from gil_core.memory._vectors import TaskVectors
 from gil_core.memory.ports import MemoryEntry, Recall
@@ -53,7 +62,8 @@ __all__ = [
 
 _EMBED_BATCH = 128  # texts per embedding request when rebuilding; endpoints cap the batch size
 _COLUMNS = ["key", "text", "answer", "vector", "created_at"]
-_OPTIMISE_EVERY = 1000  # writes to an indexed task between checks of how many rows its index misses
+_TAIL_LAG_US = 30_000_000  # rows stamped this long before the latest one read are read again (late commits)
+_MISSING_READ = 1000  # rows an indexed task misses that are read by key; more, and the task is read whole
 DEFAULT_REFRESH_INTERVAL = 0.5  # seconds: how stale another process's writes can be for a call
 MAX_REFRESH_INTERVAL = 1.0
 METADATA_CACHE_BYTES = 64 << 20
@@ -101,7 +111,8 @@ class MemoryStats:
         self.version_checks = 0  # table versions read
         self.catch_ups = 0  # tasks brought in step with another writer's commits
         self.loads = 0  # tasks read whole from the table
-        self.index_lookups = 0  # lookups answered from the vector index
+        self.index_lookups = 0  # lookups answered from a task's index
+        self.snapshot_opens = 0  # tasks' index snapshots opened (memory-mapped, nothing read whole)
 
 
 class _ProcessWrites:
@@ -149,6 +160,22 @@ def _columns_of(data: Any) -> tuple[list[MemoryEntry], _Vectors, NDArray[np.int6
     return entries, vectors, np.asarray(created, np.int64), np.asarray(addresses, np.int64)
 
 
+def _latest_columns(data: Any) -> tuple[list[MemoryEntry], _Vectors, NDArray[np.int64], NDArray[np.int64]]:
+    """``_columns_of`` the rows earliest first, a key twice (concurrent writers) keeping its latest row."""
+    entries, vectors, created, addresses = _columns_of(_earliest_first(data))
+    latest = {entry.key: position for position, entry in enumerate(entries)}
+    if len(latest) < len(entries):
+        keep = sorted(latest.values())
+        entries = [entries[position] for position in keep]
+        vectors, created, addresses = vectors[keep], created[keep], addresses[keep]
+    return entries, vectors, created, addresses
+
+
+def _latest_rows(data: Any) -> TaskRows:
+    entries, vectors, created, _ = _latest_columns(data)
+    return TaskRows(entries, vectors, created)
+
+
 class _QueryVectors:
     """A small LRU of query vectors by (task, text), so ``remember`` right after ``lookup`` embeds nothing."""
 
@@ -182,10 +209,10 @@ class LanceDBMemory:
     the table's version is checked at most that often, and a changed version brings in only what changed for
     the tasks held. ``clock`` (monotonic seconds) is for tests.
 
-    Large tasks: a task holding at least ``index.threshold`` entries is answered from LanceDB's vector index
-    (built in the background the first time, stored with the table), its candidates rescored exactly
-    (``gil_core.memory._index``); such lookups read the table's latest version. ``index=None`` keeps every task
-    in the process.
+    Large tasks: a task holding at least ``index.threshold`` entries is answered from its own IVF index (faiss),
+    built in the background the first time and kept beside the table in ``<path>/<table>.gil-index``, its
+    candidates rescored exactly and merged with the rows written since (``gil_core.memory._index``); the same
+    freshness bound holds. ``index=None`` keeps every task in the process, and so does a store on object storage.
 
     Native memory: LanceDB's caches are bounded per process (``lance_session``): metadata at
     ``metadata_cache_bytes`` (64 MiB), the vector index's at ``index_cache_bytes`` (LanceDB's default when None).
@@ -226,10 +253,11 @@ class LanceDBMemory:
         self._version: int | None = None  # the table version last checked (None: not checked yet)
         self._checked_at: float | None = None  # the clock just before that check
         self._writes_seen = -1  # this process's write count on the table when it was made
-        self._index = index
+        self._index = index if not isinstance(self._path, str) else None  # snapshots need a local folder
         self._caches = (metadata_cache_bytes, index_cache_bytes)
         self._builder: IndexBuilder | None = None
         self._builds_seen = 0  # the builder's finished jobs when this instance last looked at the indexes
+        self._unreadable: set[tuple[str, str]] = set()  # (task, snapshot generation) that failed to open here
         self.stats = MemoryStats()
 
     def __repr__(self) -> str:
@@ -255,29 +283,46 @@ class LanceDBMemory:
         self._check_dimensions(task, query)
         if isinstance(state, TaskVectors):
             return state.nearest(query, k)
-        table = self._table
-        assert table is not None, "an indexed task has a table"
-        with self._store_errors(task, "search its index"):
-            found = await state.nearest(table, f"task = {_sql_string(task)}", query, k)
-            if found is None:  # a query without direction: rank the whole task exactly
-                found = (await self._load(task, table)).nearest(query, k)
+        async with self._lock():  # the tail must not move under the search's thread
+            found = await asyncio.to_thread(state.nearest, query, k)
+        if found is None:  # a query without direction: rank the whole task exactly
+            assert self._table is not None, "an indexed task has a table"
+            found = (await self._load(task, self._table)).nearest(query, k)
         self.stats.index_lookups += 1
         return found
 
     def index_builder(self) -> IndexBuilder:
-        """The background builder of this table's indexes (shared by the process's memories on the table)."""
+        """The background builder of this table's task indexes (shared by the process's memories on the table)."""
         if self._builder is None:
-            self._builder = index_builder(self._path, self._table_name, self._connect, self._index or IndexSettings())
+            if self._index is None:
+                raise InvalidArgumentError(f"{self!r} keeps no task index (index=None, or a store on object storage)")
+            self._builder = index_builder(self._index_root(), self._read_task, self._index)
+            self._builds_seen = self._builder.done  # builds that ended before this memory used them are read anyway
         return self._builder
 
-    async def build_index(self) -> None:
-        """Build the table's vector index now (as a task past the threshold would in the background), wait for
-        it, and answer the tasks past the threshold from it."""
+    async def build_index(self, task: str | None = None) -> None:
+        """Build the index of ``task`` (default: of every task past the threshold) now, as a task past the
+        threshold would in the background, wait for it, and answer those tasks from it."""
         builder = self.index_builder()
-        builder.request("build")
+        failed = len(builder.failures)
+        table = await self._open_table(task or "", force=True)
+        if table is None:
+            return
+        if task is None:
+            import pyarrow.compute as pc
+
+            with self._store_errors("", "count its tasks' entries"):
+                tasks = (await table.query().select(["task"]).to_arrow()).column("task")
+            counts = pc.value_counts(tasks).to_pylist()
+            names = [str(item["values"]) for item in counts if self._large(int(item["counts"]))]
+        else:
+            names = [task]
+        for name in names:
+            builder.request(name)
         await asyncio.to_thread(builder.wait)
-        if builder.failures:
-            raise MemoryUnavailableError(f"the index build failed ({builder.failures[-1]})", task="")
+        if len(builder.failures) > failed:
+            raise MemoryUnavailableError(f"the index build failed ({builder.failures[-1]})", task=task or "")
+        self._checked_at = None  # the next call looks at the tasks' indexes again
 
     async def remember(self, task: str, key: str, text: str, answer: str) -> None:
         vector = await self._query_vector(task, text)
@@ -294,12 +339,8 @@ class LanceDBMemory:
                 state.upsert(entry, vector, created)
                 self._index_if_large(task, state)
             else:
-                state.count += 1
-                state.last_created_us = created
-                state.writes += 1
-                if state.writes >= _OPTIMISE_EVERY:  # new rows are searched without the index: fold them in
-                    state.writes = 0
-                    self.index_builder().request("optimise")
+                state.learn([entry], vector[None, :], [created])
+                self._rebuild_if_stale(task, state)
             self._after_write(result.version)
 
     async def forget(self, task: str, key: str) -> None:
@@ -312,7 +353,10 @@ class LanceDBMemory:
                 return  # nothing to delete: no new table version
             with self._store_errors(task, "forget an entry"):
                 result = await table.delete(f"task = {_sql_string(task)} AND key = {_sql_string(key)}")
-            if isinstance(state, TaskVectors):
+            if isinstance(state, IndexedTask):
+                state.forget(key)
+                self._rebuild_if_stale(task, state)
+            else:
                 state.remove(key)
             self._after_write(result.version)
 
@@ -396,10 +440,10 @@ class LanceDBMemory:
             for held in list(self._tasks):
                 await self._catch_up(held, table)
             self._version = version
-        if builds != self._builds_seen:  # an index job ended: large tasks held here move to the index
+        if builds != self._builds_seen:  # an index build ended: large tasks held here move to their index
             self._builds_seen = builds
             for held, state in list(self._tasks.items()):
-                if isinstance(state, TaskVectors) and self._large(len(state)):
+                if isinstance(state, TaskVectors) and self._large(len(state)) and self._has_snapshot(held):
                     del self._tasks[held]
         # Every commit before ``started`` is in ``version``: a later call sees it, or looks again.
         self._checked_at, self._writes_seen = started, writes
@@ -409,14 +453,12 @@ class LanceDBMemory:
         are above its watermark), then — when the count says rows went — the deletions."""
         state = self._tasks[task]
         where = f"task = {_sql_string(task)}"
-        if isinstance(state, IndexedTask):  # searched in the table itself: only its size matters here
-            with self._store_errors(task, "count its entries"):
-                state.count = await table.count_rows(where)
-                state.share = state.count / max(1, await table.count_rows())
-            if not self._large(state.count):
-                del self._tasks[task]
-            elif state.grown():  # rows the index does not cover yet, written by any process: fold them in
-                self.index_builder().request("optimise")
+        if isinstance(state, IndexedTask):
+            current = await self._indexed_in_step(task, table, state)
+            if current is None:
+                del self._tasks[task]  # opened again on its next use: a newer snapshot, or held here
+            else:
+                self._tasks[task] = current
             return
         with self._store_errors(task, "read its new entries"):
             data = await (
@@ -458,12 +500,81 @@ class LanceDBMemory:
         return self._index is not None and count >= self._index.threshold
 
     def _index_if_large(self, task: str, state: TaskVectors) -> None:
-        """Ask for the vector index once a task held here has grown past the threshold."""
+        """Ask for the task's index once a task held here has grown past the threshold."""
         if self._large(len(state)) and not state.index_requested:
             state.index_requested = True
             builder = self.index_builder()
             if not builder.failures:  # a build that failed is not tried again by this process (the reason is kept)
-                builder.request("build")
+                builder.request(task)
+
+    def _rebuild_if_stale(self, task: str, state: IndexedTask) -> None:
+        """Ask for the task's index to be built again once it misses enough rows (written by any process)."""
+        if state.stale() and not state.rebuild_requested:
+            state.rebuild_requested = True
+            self.index_builder().request(task)
+
+    def _has_snapshot(self, task: str) -> bool:
+        """Whether ``task`` has a current snapshot not known to be unreadable."""
+        generation = current_generation(snapshot_folder(self._index_root(), task))
+        return generation is not None and (task, generation) not in self._unreadable
+
+    def _index_root(self) -> Path:
+        return Path(self._path) / f"{self._table_name}.gil-index"
+
+    async def _indexed_in_step(
+        self, task: str, table: AsyncTable, state: IndexedTask
+    ) -> TaskVectors | IndexedTask | None:
+        """``state`` brought in step with the table: the rows stamped after those it read (and a lag before, for
+        late commits) into its tail; when the task's count then differs from what it holds, the task's keys are
+        listed and compared. None when the task's index has a newer snapshot (open that); held exactly here when
+        it no longer is large, or misses too much to read by key."""
+        folder = snapshot_folder(self._index_root(), task)
+        if current_generation(folder) != state.snapshot.generation:
+            return None
+        where = f"task = {_sql_string(task)}"
+        since = max(state.snapshot.last_created_us, state.seen_us - _TAIL_LAG_US)
+        stamp = f"arrow_cast({since}, 'Timestamp(Microsecond, Some(\"UTC\"))')"
+        with self._store_errors(task, "read its new entries"):
+            data = (
+                await table.query()
+                .where(f"{where} AND created_at > {stamp}")
+                .select([*_COLUMNS, "_rowaddr"])
+                .to_arrow()
+            )
+            count = await table.count_rows(where)
+        self.stats.catch_ups += 1
+        rows = _latest_rows(data)
+        state.learn(rows.entries, rows.vectors, rows.created)
+        if count != len(state):
+            with self._store_errors(task, "list its entries"):
+                listed = await table.query().where(where).select(["key", "created_at"]).to_arrow()
+            missing = await asyncio.to_thread(state.reconcile, listed)
+            if len(missing) > _MISSING_READ:
+                loaded = await self._load(task, table)
+                self._index_if_large(task, loaded)
+                return loaded
+            if missing:
+                keys = ", ".join(_sql_string(key) for key in missing)
+                with self._store_errors(task, "read the entries its index misses"):
+                    data = (
+                        await table.query()
+                        .where(f"{where} AND key IN ({keys})")
+                        .select([*_COLUMNS, "_rowaddr"])
+                        .to_arrow()
+                    )
+                rows = _latest_rows(data)
+                state.learn(rows.entries, rows.vectors, rows.created)
+        if not self._large(len(state)):
+            return await self._load(task, table)
+        self._rebuild_if_stale(task, state)
+        return state
+
+    async def _read_task(self, task: str) -> TaskRows:
+        """``task``'s rows, read through a connection of its own (the index builder's thread calls it)."""
+        connection = await self._connect()
+        table = await connection.open_table(self._table_name)
+        data = await table.query().where(f"task = {_sql_string(task)}").select([*_COLUMNS, "_rowaddr"]).to_arrow()
+        return _latest_rows(data)
 
     async def _connect(self) -> AsyncConnection:
         import lancedb
@@ -481,10 +592,19 @@ class LanceDBMemory:
         if self._index is not None:
             with self._store_errors(task, "count its entries"):
                 count = await table.count_rows(f"task = {_sql_string(task)}")
-                indexed = self._large(count) and await has_vector_index(table)
-                share = count / max(1, await table.count_rows()) if indexed else 1.0
-            if indexed:
-                return IndexedTask(count, _now_us(), self._index, share=share)
+            if self._large(count):
+                folder = snapshot_folder(self._index_root(), task)
+                generation = current_generation(folder)
+                snapshot = None
+                if generation is not None and (task, generation) not in self._unreadable:
+                    snapshot = await asyncio.to_thread(Snapshot.open, folder, task=task, dimensions=self._dimensions)
+                    if snapshot is None:  # damaged, another format or width: held here until it is built again
+                        self._unreadable.add((task, generation))
+                if snapshot is not None:
+                    self.stats.snapshot_opens += 1
+                    indexed = await self._indexed_in_step(task, table, IndexedTask(snapshot, self._index))
+                    if indexed is not None:
+                        return indexed
         state = await self._load(task, table)
         self._index_if_large(task, state)
         return state
@@ -496,13 +616,7 @@ class LanceDBMemory:
         self.stats.loads += 1
         if not data.num_rows:
             return TaskVectors(dimensions)
-        # A key twice (concurrent writers) keeps its latest row.
-        entries, vectors, created, addresses = _columns_of(_earliest_first(data))
-        latest = {entry.key: position for position, entry in enumerate(entries)}
-        if len(latest) < len(entries):
-            keep = sorted(latest.values())
-            entries = [entries[position] for position in keep]
-            vectors, created, addresses = vectors[keep], created[keep], addresses[keep]
+        entries, vectors, created, addresses = _latest_columns(data)
         return TaskVectors.from_rows(entries, vectors, dimensions=dimensions, created=created, addresses=addresses)
 
     # -- LanceDB -------------------------------------------------------------------------------------------

@@ -13,16 +13,16 @@ import pytest
 from numpy.typing import NDArray
 
 from gil_core.memory import CallableEmbeddingModel, LanceDBMemory, MemoryEntry
-from gil_core.memory._index import has_vector_index
-from gil_core.memory.lancedb_memory import IndexSettings
-from gil_core.testing import HashEmbeddingModel
+from gil_core.memory._index import current_generation, snapshot_folder
+from gil_core.memory.lancedb_memory import DEFAULT_REFRESH_INTERVAL, IndexSettings
+from gil_core.testing import HashEmbeddingModel, ManualClock
 from tests.memory._shipped_search import shipped_nearest
 from tests.memory._support import Peer
 
 pytestmark = pytest.mark.slow  # index builds
 
 BIG, SMALL = "big task", "small task"
-SETTINGS = IndexSettings(threshold=400, rows_per_partition=10_000, ef_construction=64, min_unindexed=50)
+SETTINGS = IndexSettings(threshold=400, min_unindexed=50)
 DIMENSIONS = 64  # HashEmbeddingModel's, so another process's texts fit the table
 
 
@@ -124,22 +124,33 @@ async def test_a_task_that_grows_past_the_threshold_gets_its_index_in_the_backgr
         assert recall is not None and recall.source == "k7"
         assert time.monotonic() < deadline, "the index never took over"
         await asyncio.sleep(0.05)
-    table = await memory._open_table(BIG)
-    assert table is not None and await has_vector_index(table)
+    assert current_generation(snapshot_folder(tmp_path / "memory.gil-index", BIG)) is not None
 
 
-async def test_another_processes_writes_reach_an_indexed_task_at_once(tmp_path: Path, peer: Peer) -> None:
-    """An indexed task is searched in the table itself (its latest version): no bound to wait for."""
+async def test_another_processes_writes_reach_an_indexed_task_within_the_bound(tmp_path: Path, peer: Peer) -> None:
+    """Rows another process adds or forgets reach an indexed task (its tail, its dropped rows) once the refresh
+    bound has passed, as for a task held in the process."""
     rows, queries = clustered(600, 10, seed=6)
-    memory = await indexed_memory(tmp_path, rows, queries)
+    await indexed_memory(tmp_path, rows, queries)
+    clock = ManualClock()
+    embedder = CallableEmbeddingModel(Vectors(rows, queries), name="fixed")
+    memory = LanceDBMemory(tmp_path, embedder, index=SETTINGS, clock=clock)
     assert (await memory.lookup(BIG, "row 3", threshold=0.999)).source == "k3"  # type: ignore[union-attr]
     assert peer("remember", tmp_path, BIG, "theirs", "a request only the peer has seen", "Theirs.") == "ok"
+    clock.now += DEFAULT_REFRESH_INTERVAL
     recall = await memory.lookup(BIG, "a request only the peer has seen", threshold=0.999)
     assert recall is not None and (recall.source, recall.answer) == ("theirs", "Theirs.")
     assert peer("forget", tmp_path, BIG, "k3") == "ok"
+    clock.now += DEFAULT_REFRESH_INTERVAL
     recall = await memory.lookup(BIG, "row 3", threshold=0.0)
     assert recall is not None and recall.source != "k3"
-    assert memory.stats.index_lookups == 3
+    assert peer("remember", tmp_path, BIG, "k5", "a new text for an old key", "Replaced.") == "ok"
+    clock.now += DEFAULT_REFRESH_INTERVAL
+    recall = await memory.lookup(BIG, "row 5", threshold=0.0)
+    assert recall is not None and recall.source != "k5"  # the snapshot's row of the key is not served
+    recall = await memory.lookup(BIG, "a new text for an old key", threshold=0.999)
+    assert recall is not None and (recall.source, recall.answer) == ("k5", "Replaced.")
+    assert memory.stats.index_lookups == 5 and memory.stats.loads == 0 and memory.stats.snapshot_opens == 1
 
 
 async def test_two_large_tasks_share_the_index_and_never_see_each_others_rows(tmp_path: Path) -> None:
@@ -158,3 +169,46 @@ async def test_two_large_tasks_share_the_index_and_never_see_each_others_rows(tm
         assert (big[0].key, big[0].similarity) == (f"k{index}", 1.0) and all(e.answer == "big" for e in big)
         assert (other[0].key, other[0].similarity) == (f"o{index}", 1.0) and all(e.answer == "other" for e in other)
     assert reopened.stats.index_lookups == 20 and reopened.stats.loads == 0
+
+
+async def test_a_damaged_snapshot_is_never_served_and_is_built_again_from_the_table(tmp_path: Path) -> None:
+    rows, queries = clustered(600, 10, seed=8)
+    await indexed_memory(tmp_path, rows, queries)
+    folder = snapshot_folder(tmp_path / "memory.gil-index", BIG)
+    generation = current_generation(folder)
+    assert generation is not None
+    damaged = folder / generation / "index.faiss"
+    damaged.write_bytes(damaged.read_bytes()[:100])  # cut short
+    embedder = CallableEmbeddingModel(Vectors(rows, queries), name="fixed")
+    memory = LanceDBMemory(tmp_path, embedder, index=SETTINGS)
+    for index in range(5):  # answered exactly from the table meanwhile
+        recall = await memory.lookup(BIG, f"row {index}", threshold=0.999)
+        assert recall is not None and recall.source == f"k{index}"
+    assert memory.stats.loads == 1 and memory.stats.snapshot_opens == 0
+    assert memory.index_builder().wait(120)
+    assert current_generation(folder) not in (None, generation)
+    reopened = LanceDBMemory(tmp_path, embedder, index=SETTINGS)
+    recall = await reopened.lookup(BIG, "row 7", threshold=0.999)
+    assert recall is not None and recall.source == "k7"
+    assert (reopened.stats.snapshot_opens, reopened.stats.loads, reopened.stats.index_lookups) == (1, 0, 1)
+
+
+async def test_an_index_missing_too_many_rows_is_built_again_and_keeps_every_answer(tmp_path: Path) -> None:
+    """Past ``min_unindexed`` rows written or forgotten since the snapshot, it is built again in the background;
+    lookups answer the same before and after, from the tail and then from the new snapshot."""
+    rows, queries = clustered(600, 10, seed=9)
+    memory = await indexed_memory(tmp_path, rows, queries)
+    folder = snapshot_folder(tmp_path / "memory.gil-index", BIG)
+    first = current_generation(folder)
+    builds = memory.index_builder().builds
+    for index in range(SETTINGS.min_unindexed - 1):
+        await memory.remember(BIG, f"new {index}", f"query {index % 10} again {index}", f"new answer {index}")
+    await memory.forget(BIG, "k0")
+    assert memory.index_builder().wait(120) and memory.index_builder().builds == builds + 1
+    assert current_generation(folder) != first
+    before = [await memory.nearest(BIG, f"query {index % 10} again {index}", 2) for index in range(0, 49, 7)]
+    reopened = LanceDBMemory(tmp_path, CallableEmbeddingModel(Vectors(rows, queries), name="fixed"), index=SETTINGS)
+    after = [await reopened.nearest(BIG, f"query {index % 10} again {index}", 2) for index in range(0, 49, 7)]
+    assert before == after and all(found[0].key.startswith("new ") for found in after)
+    assert all(entry.key != "k0" for entry in await reopened.nearest(BIG, "row 0", 50))
+    assert len(await reopened.entries(BIG)) == 600 - 1 + SETTINGS.min_unindexed - 1

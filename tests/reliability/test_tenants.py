@@ -253,7 +253,7 @@ async def test_memory_answered_by_lancedb_filters_keeps_every_task_to_its_own_en
     """With the index threshold at 2 entries, every task's lookups are LanceDB searches filtered by task (the
     path large tasks take): names that are prefixes, wildcards, quotes, NUL or backslashes of each other still
     find, forget and rebuild only their own entries, in a fresh instance too."""
-    settings = IndexSettings(threshold=2, rows_per_partition=10_000, min_unindexed=1_000_000)
+    settings = IndexSettings(threshold=2, min_unindexed=1_000_000)
     memory = LanceDBMemory(tmp_path / "memory", HashEmbeddingModel(), index=settings)
     for number, name in enumerate(HOSTILE_NAMES):
         for index, text in enumerate(TEXTS):
