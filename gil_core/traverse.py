@@ -119,13 +119,13 @@ class GreedyTraverser:
         steps: list[Step] = []
         node, layer = tree.root, 1
         while True:
-            items: Sequence[Node | Option] = node.children or node.options
-            candidates = [Candidate.of(item) for item in items]
+            candidates: Sequence[Candidate] = _candidates(node)
             if node.is_leaf and shadows:
                 # The most supported shadows first, as many as the node's labels can still show: a leaf whose
                 # confirmed answers outgrow its scheme keeps being judged (the rest wait for a review round).
                 room = max(0, node.label_scheme.capacity - len(candidates))
-                candidates += [replace_shadow(shadow) for shadow in list(shadows.get(node.id, ()))[:room]]
+                shown = [replace_shadow(shadow) for shadow in list(shadows.get(node.id, ()))[:room]]
+                candidates = [*candidates, *shown]
             if not candidates:
                 steps.append(Step(node=node.id, layer=layer, outcome="skip"))
                 return Traversal(tuple(steps), exit_reason="skip")
@@ -160,6 +160,25 @@ class GreedyTraverser:
             if node.is_leaf:
                 return Traversal(tuple(steps), habit=tree.option(chosen.id))
             node, layer = tree.node(chosen.id), layer + 1
+
+
+_KEPT_NODES = 1024
+# id(node) → the node (held, so that its id names no other node meanwhile) and its candidates
+_CANDIDATES: dict[int, tuple[Node, tuple[Candidate, ...]]] = {}
+
+
+def _candidates(node: Node) -> tuple[Candidate, ...]:
+    """A node's candidates (its children, or its habits), made once per node: nodes are frozen, and every request
+    of a walk through the node shows the same ones (the shadows beside a leaf's habits come on top)."""
+    kept = _CANDIDATES.get(id(node))
+    if kept is not None and kept[0] is node:
+        return kept[1]
+    items: Sequence[Node | Option] = node.children or node.options
+    made = tuple(Candidate.of(item) for item in items)
+    if len(_CANDIDATES) >= _KEPT_NODES:  # trees read again (a new version of a task's file): forget the old ones
+        _CANDIDATES.clear()
+    _CANDIDATES[id(node)] = (node, made)
+    return made
 
 
 def replace_shadow(shadow: Candidate) -> Candidate:
