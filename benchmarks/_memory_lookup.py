@@ -8,7 +8,7 @@ repository's own requests instead: ``real_source``). The baseline is exact top-1
 matrix-vector product (OpenBLAS) over the same vectors in the same run; recall@1 is agreement with it.
 
 Arms: ``LanceDBMemory.nearest`` on the exact path (the task held in the process: float32 shortlist, exact float64
-rescoring, the table version read at most every 0.5 s), and on the index path (the task's own faiss IVF-Flat
+rescoring, the table version read at most every 0.5 s), and on the index path (the task's own faiss IVF-SQ8
 snapshot beside the table, candidates rescored exactly) at a few ``nprobe``; the first lookup after opening an
 indexed task in a fresh process; a small task sharing the table, before and after the large one's index exists.
 """
@@ -304,7 +304,7 @@ def _first_lookup_in_a_new_process(path: Path, query: _Matrix) -> dict[str, Any]
 
 _PROFILED = (
     ("gil_core/memory/_index.py", "nearest", "`IndexedTask.nearest` (the search itself, all of it)"),
-    ("gil_core/memory/_index.py", "search", "… faiss IVF-Flat search (`Snapshot.search`)"),
+    ("gil_core/memory/_index.py", "search", "… faiss IVF-SQ8 search (`Snapshot.search`)"),
     ("gil_core/memory/_vectors.py", "exact_cosines", "… exact float64 rescoring of the candidates"),
     ("gil_core/memory/_vectors.py", "nearest", "… the tail (rows written since the snapshot), exact"),
 )
@@ -383,7 +383,7 @@ async def measure_size(dataset: str, count: int, sizes: LookupSizes, root: Path)
             arm = await _module_arm(
                 dataset,
                 count,
-                f"`LanceDBMemory.nearest`, index path (faiss IVF-Flat, {lists:,} lists, nprobe {nprobe}, "
+                f"`LanceDBMemory.nearest`, index path (faiss IVF-SQ8, {lists:,} lists, nprobe {nprobe}, "
                 f"{settings.candidates} candidates rescored exactly)",
                 memory,
                 len(queries),
@@ -516,9 +516,10 @@ def memory_lookup_section(arms: Sequence[LookupArm], command: str) -> Section:
         "1,000 entries), after a pass that embedded each query, so only the lookup is timed. Exact path: the task "
         "held in the process, ranked by one float32 product, the shortlist rescored in float64 (bit-identical to "
         f"the shipped search), the table version read at most every {DEFAULT_REFRESH_INTERVAL} s. Index path: "
-        "the task's own snapshot beside the table (`gil_core/memory/_index.py`): a faiss IVF-Flat index over "
-        "the unit vectors (inner product, √rows lists, trained on 64 rows per list) and the rows in an Arrow "
-        f"file, both memory-mapped; a lookup takes the index's {IndexSettings().candidates} nearest rows, "
+        "the task's own snapshot beside the table (`gil_core/memory/_index.py`): a faiss IVF-SQ8 index over "
+        "the unit vectors (8-bit codes, inner product, √rows lists, trained on 64 rows per list; read whole) and "
+        "the rows in an Arrow file (memory-mapped); a lookup takes the index's "
+        f"{IndexSettings().candidates} nearest rows, "
         "rescores them by the exact float64 cosine and merges the rows written since the snapshot (none here) "
         "before any threshold. CPU ms is this process's CPU time per query (all threads)."
     )
