@@ -6,7 +6,6 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from gil_core.language import PromptLanguage, fill
 from gil_core.llm.ports import Message
@@ -54,31 +53,8 @@ def label_candidates(
     candidates: Sequence[Candidate], scheme: LabelScheme, *, node_id: str | None = None
 ) -> tuple[CandidateShown, ...]:
     """ "None of these" takes the scheme's first symbol; the candidates take the following ones, in order."""
-    # A node shows the same candidates to every request (unless shuffled): label them once. The traverser hands
-    # over the same tuple for a node every time: found by identity first, without hashing every candidate.
-    if not isinstance(candidates, tuple):
-        return _labelled(tuple(candidates), scheme, node_id)
-    key = (id(candidates), id(scheme), node_id)
-    kept = _LABELLED.get(key)
-    if kept is not None and kept[0] is candidates and kept[1] is scheme:
-        return kept[2]
-    shown = _labelled(candidates, scheme, node_id)
-    _keep(_LABELLED, key, (candidates, scheme, shown))
-    return shown
-
-
-_KEPT = 4096
-# (id of the candidates, id of the scheme, node) → the candidates and scheme (held: their ids name nothing else
-# meanwhile) and their labels; (id of the language, id of the labels) → the language, the labels, the question.
-_Labels = tuple[CandidateShown, ...]
-_LABELLED: dict[tuple[int, int, str | None], tuple[tuple[Candidate, ...], LabelScheme, _Labels]] = {}
-_QUESTIONS: dict[tuple[int, int], tuple[PromptLanguage, _Labels, str]] = {}
-
-
-def _keep(kept: dict[Any, Any], key: Any, value: Any) -> None:
-    if len(kept) >= _KEPT:  # trees or languages made again: forget the old ones
-        kept.clear()
-    kept[key] = value
+    # A node shows the same candidates to every request (unless shuffled): label them once.
+    return _labelled(tuple(candidates), scheme, node_id)
 
 
 @lru_cache(maxsize=4096)
@@ -99,22 +75,8 @@ def build_judge_messages(language: PromptLanguage, request: str, shown: Sequence
     line per shown label, "none of these" first."""
     return [
         {"role": "system", "content": language.judge_system},
-        {"role": "user", "content": language.with_input(request) + _question_for(language, shown)},
+        {"role": "user", "content": language.with_input(request) + _question(language, tuple(shown))},
     ]
-
-
-def _question_for(language: PromptLanguage, shown: Sequence[CandidateShown]) -> str:
-    """``_question``, found by the identity of the language and of the labels first (``label_candidates`` gives a
-    node's labels as the same tuple every time): hashing a language hashes every piece of its wording."""
-    if not isinstance(shown, tuple):
-        return _question(language, tuple(shown))
-    key = (id(language), id(shown))
-    kept = _QUESTIONS.get(key)
-    if kept is not None and kept[0] is language and kept[1] is shown:
-        return kept[2]
-    question = _question(language, shown)
-    _keep(_QUESTIONS, key, (language, shown, question))
-    return question
 
 
 @lru_cache(maxsize=4096)

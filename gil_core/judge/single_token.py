@@ -84,9 +84,7 @@ class SingleTokenJudge:
         scheme: LabelScheme,
         layer: int | None = None,
     ) -> Judgment:
-        ordered: Sequence[Candidate] = candidates  # as given, without a seed (and as the same object: see labels)
-        if self._order_seed is not None:
-            ordered = order_candidates(candidates, seed=self._order_seed, node_id=node_id, request=request)
+        ordered = order_candidates(candidates, seed=self._order_seed, node_id=node_id, request=request)
         shown = label_candidates(ordered, scheme, node_id=node_id)
         messages = build_judge_messages(self._language, request, shown)
         with call_scope("judge", node_id=node_id, layer=layer, candidates=shown) as scope:
