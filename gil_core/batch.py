@@ -392,19 +392,8 @@ class _Tally:
 
 
 def traced_among(store: TelemetryStore, task: str, trace_ids: Iterable[str]) -> set[str]:
-    """Which of these trace ids of ``task`` the store holds a trace for."""
-    wanted = list(trace_ids)
-    if not wanted:
-        return set()
-    traces = store.rescanning(
-        lambda: (
-            store.scan("traces")
-            .filter((pl.col("task") == task) & pl.col("trace_id").is_in(wanted))
-            .select("trace_id")
-            .collect()
-        )
-    )
-    return set(traces["trace_id"].to_list())
+    """Which of these trace ids of ``task`` the store holds a trace for (``TelemetryStore.traced``)."""
+    return store.traced(task, trace_ids)
 
 
 def pending_tickets(

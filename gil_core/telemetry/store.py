@@ -97,7 +97,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -146,6 +146,7 @@ _COMPACTED_SUFFIX = ".compacted.parquet"
 _REPLACES = "gil.replaces"
 _SEQ_RANGE = "gil.seq_range"
 _READ_ATTEMPTS = 20
+_WRITTEN_IDS = 200_000  # trace ids ``traced`` keeps of the files this object wrote (~20 MB); past it, it scans
 _FOOTER_CHECKS = 8  # footers read at once from an object store
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _T = TypeVar("_T")
@@ -192,6 +193,9 @@ class TelemetryStore:
         self._rejected: list[SchemaViolationError] = []
         self._sound: set[str] = set()  # files whose footer was checked (or that this object wrote): immutable
         self._unusable: dict[str, str] = {}  # broken files that could not be moved (read-only keys): skipped
+        # traces files this object wrote → each trace id in it → its task (see ``traced``), up to a bound of ids
+        self._written_traces: dict[str, dict[str, str]] = {}
+        self._written_ids = 0
 
     def __repr__(self) -> str:
         return f"TelemetryStore({str(self._location)!r})"
@@ -435,6 +439,42 @@ class TelemetryStore:
         self._flush()
         return self._guarded(table, "scan", lambda: self._scan(table, folder))
 
+    def traced(self, task: str, trace_ids: Iterable[str]) -> set[str]:
+        """Which of ``trace_ids`` the store holds a trace of ``task`` for (its newest row says ``task``), after
+        flushing what an open group of this object queued. When this object wrote every live file of the table
+        (a long-lived batch process) that is answered from what it wrote, reading nothing; otherwise by a scan
+        (``rescanning``)."""
+        wanted = list(trace_ids)
+        if not wanted:
+            return set()
+        folder = self._folder("traces")
+        self._flush()
+        newest = self._guarded("traces", "list", lambda: self._as_written(folder))
+        if newest is not None:
+            return {trace_id for trace_id in wanted if newest.get(trace_id) == task}
+        found = self.rescanning(
+            lambda: (
+                self.scan("traces")
+                .filter((pl.col("task") == task) & pl.col("trace_id").is_in(wanted))
+                .select("trace_id")
+                .collect()
+            )
+        )
+        return set(found["trace_id"].to_list())
+
+    def _as_written(self, folder: Folder) -> dict[str, str] | None:
+        """Each trace id of the table → the task of its newest row, from what this object wrote; None when a live
+        file is not one it wrote (or noted), or the files are not in write order (``_plan`` sorts then)."""
+        live = self._list("traces", folder, checked=True).live
+        written = [self._written_traces.get(str(folder.source(name))) for name in live]
+        if any(ids is None for ids in written) or not self._in_write_order(folder, live):
+            return None
+        newest: dict[str, str] = {}
+        for ids in written:  # in read order: the last row of a trace id wins, as ``_last_per_key`` has it
+            assert ids is not None
+            newest.update(ids)
+        return newest
+
     def rescanning(self, read: Callable[[], _T]) -> _T:
         """``read()``, a function that scans and collects, run again while a compaction deletes a file its scan
         planned over before the collect (``FileNotFoundError``; see the module doc), up to the attempts ``read``
@@ -542,7 +582,12 @@ class TelemetryStore:
             self._guarded(table, "append", lambda: folder.write_parquet(name, stamped, metadata=metadata))
         except OSError as exc:  # a local folder: the temporary file is gone, nothing partial is left
             raise _write_error(table, folder, exc) from exc
-        self._sound.add(str(folder.source(name)))
+        source = str(folder.source(name))
+        self._sound.add(source)
+        if table == "traces" and self._written_ids + frame.height <= _WRITTEN_IDS:
+            ids = stamped.get_column("trace_id").to_list()
+            self._written_traces[source] = dict(zip(ids, stamped.get_column("task").to_list(), strict=True))
+            self._written_ids += len(ids)
 
     def _read(self, table: str, folder: Folder) -> pl.DataFrame:
         for _ in range(_READ_ATTEMPTS):
@@ -648,11 +693,15 @@ class TelemetryStore:
         store would hold an entry for every file it ever saw (a soak process saw ~9,000 over 50,000 requests: a
         MiB or two). Another thread may add an entry meanwhile and lose it here: it is read again when needed."""
         prefix = str(folder.source("\0"))[:-1]  # the folder's own files (``here``, as listed): the name appended
-        known = [key for cache in (self._sound, self._compacted, self._unusable) for key in list(cache)]
+        caches = (self._sound, self._compacted, self._unusable, self._written_traces)
+        known = [key for cache in caches for key in list(cache)]
         for key in {key for key in known if key.startswith(prefix)} - here:
             self._sound.discard(key)
             self._compacted.pop(key, None)
             self._unusable.pop(key, None)
+            ids = self._written_traces.pop(key, None)
+            if ids is not None:
+                self._written_ids -= len(ids)
 
     def _compacted_file(self, table: str, folder: Folder, name: str) -> _Compacted | None:
         """What a compacted file's metadata says; None when it does not decode (the file is set aside then)."""
