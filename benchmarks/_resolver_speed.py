@@ -281,7 +281,7 @@ _RECORD_SPOT = ("gil_core/telemetry/store.py", "record_trace", _RECORD)
 _FLUSH_SPOT = ("gil_core/telemetry/store.py", "_flush", _FLUSH)
 _HOT_SPOTS = (
     _RESOLVE_SPOT,
-    ("gil_core/resolver.py", "_lookup", _LOOKUP),
+    ("gil_core/recall.py", "_lookup", _LOOKUP),
     ("gil_core/memory/lancedb_memory.py", "_sync", _VERSION),
     ("~", "<method 'poll' of 'select.epoll' objects>", _WAITING),
     ("gil_core/resolver.py", "_walk", _WALK),
@@ -298,7 +298,7 @@ _LEARNED_LOOKUP = "memory lookup (`LanceDBMemory.lookup`, the request's one embe
 _LEARNED_WALK = "tree walk (learned judge, no model call)"
 _LEARNED_HOT_SPOTS = (
     _RESOLVE_SPOT,
-    ("gil_core/resolver.py", "_lookup", _LEARNED_LOOKUP),
+    ("gil_core/recall.py", "_lookup", _LEARNED_LOOKUP),
     ("gil_core/resolver.py", "_walk", _LEARNED_WALK),
     ("gil_core/learned/judge.py", "judge", "learned judgments (`LearnedJudge.judge`, every node of the walk)"),
     ("gil_core/learned/state.py", "predict", "… `NodeModel.predict`: classifier and novelty check (numpy)"),
