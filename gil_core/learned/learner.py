@@ -69,6 +69,7 @@ class Learner:
         self._states: dict[str, LearnedState] = {}
         self._due: set[str] = set()
         self._checked: dict[str, float] = {}
+        self._valid: dict[str, tuple[LearnedState, TaskDefinition]] = {}  # per task: the state last found valid
         self._locks: dict[str, asyncio.Lock] = {}
         self._priors: dict[str, NDArray[np.float32]] = {}
         self._texts: LRUCache[str, NDArray[np.float32]] = LRUCache(4096)
@@ -247,13 +248,21 @@ class Learner:
         folder.remove(names[:-_KEEP_FILES])
 
     def _valid_for(self, state: LearnedState, task: TaskDefinition) -> bool:
-        """Fitted for this task's tree and embedder, with its learned_reflex and memory settings."""
+        """Fitted for this task's tree and embedder, with its learned_reflex and memory settings. Both are frozen:
+        the pair last found valid for a task is known by identity (every request asks; the check hashes the tree
+        and copies the policy)."""
+        kept = self._valid.get(task.name)
+        if kept is not None and kept[0] is state and kept[1] is task:
+            return True
         configured = memory_configured(task)
-        return (
+        valid = (
             state.matches(task.name, _tree_sha256(task), self._vectors.name)
             and state.policy == _policy(task).to_json()
             and (state.memory.configured if state.memory is not None else None) == configured
         )
+        if valid:
+            self._valid[task.name] = (state, task)
+        return valid
 
 
 def stored_state(store: TelemetryStore, task: TaskDefinition) -> LearnedState | None:

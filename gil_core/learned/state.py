@@ -18,6 +18,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import numpy as np
@@ -107,9 +108,14 @@ class NodeModel:
             exp = np.exp(logits)
             probabilities = exp / exp.sum()
         index = int(np.argmax(probabilities))
-        mine = self.exemplars[self.exemplar_class == index]
+        mine = self._exemplars_by_class[index]
         near = float((mine @ vector).max()) if len(mine) else None
         return Prediction(self.classes, probabilities, index, near)
+
+    @cached_property
+    def _exemplars_by_class(self) -> tuple[Float32, ...]:
+        """Each class's exemplars, the rows in order (as the mask selects them): taken apart once, not per request."""
+        return tuple(self.exemplars[self.exemplar_class == index] for index in range(len(self.classes)))
 
     def decide(self, prediction: Prediction, *, negates: bool = False) -> Decision:
         """Whether this prediction may be served: the node's rule serves, the confidence reaches the cut, the
