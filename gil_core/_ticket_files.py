@@ -1,19 +1,22 @@
 """Ticket and verdict files (README, "Stable file formats") read as streams: a file of any size is read one line (or
 one Parquet batch of rows) at a time, and a line past ``max_line_bytes`` is refused, naming file:line, without
-being read into memory. ``gil_core.batch`` re-exports what is public here.
+being read into memory. A file that cannot be read at all (missing, a folder, not Parquet) raises
+``InputFileError`` naming it. ``gil_core.batch`` re-exports what is public here.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from array import array
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gil_core.errors import ConfigurationError
+from gil_core.errors import ConfigurationError, InputFileError
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -72,7 +75,7 @@ def iter_tickets(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> I
         raise ConfigurationError(f"max_line_bytes must be ≥ 1, got {max_line_bytes}")
     seen = _Fingerprints()
     rows = _parquet_rows(path) if path.suffix == ".parquet" else _json_lines(path, max_line_bytes)
-    for where, row in rows:
+    for where, row in _read_through(path, rows):
         if isinstance(row, BadInput):
             yield row
             continue
@@ -111,7 +114,7 @@ def read_verdicts(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> 
     if max_line_bytes < 1:
         raise ConfigurationError(f"max_line_bytes must be ≥ 1, got {max_line_bytes}")
     verdicts, bad = [], []
-    for where, row in _json_lines(Path(path), max_line_bytes):
+    for where, row in _read_through(Path(path), _json_lines(Path(path), max_line_bytes)):
         if isinstance(row, BadInput):
             bad.append(row)
         elif (
@@ -130,16 +133,51 @@ def count_lines(path: str | Path) -> int:
     """How many tickets the file can hold at most (its lines; a Parquet file's rows), read in chunks: what a
     progress bar shows as its total before the batch has read the file."""
     path = Path(path)
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
+    with _unreadable_file(path):
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
 
-        return int(pq.ParquetFile(path).metadata.num_rows)
-    count, last = 0, b"\n"
-    with path.open("rb") as source:
-        while chunk := source.read(_CHUNK):
-            count += chunk.count(b"\n")
-            last = chunk[-1:]
-    return count + (last != b"\n")
+            return int(pq.ParquetFile(path).metadata.num_rows)
+        count, last = 0, b"\n"
+        with path.open("rb") as source:
+            while chunk := source.read(_CHUNK):
+                count += chunk.count(b"\n")
+                last = chunk[-1:]
+        return count + (last != b"\n")
+
+
+@contextmanager
+def _unreadable_file(path: Path) -> Iterator[None]:
+    """A failure to open or read ``path`` itself as an ``InputFileError`` naming it (``_file_error``)."""
+    try:
+        yield
+    except Exception as exc:
+        error = _file_error(path, exc)
+        if error is None:
+            raise
+        raise error from exc
+
+
+def _read_through(path: Path, rows: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """``rows``, read from ``path``, with a failure of the file itself raised as ``InputFileError``: opening it, or
+    reading on (an I/O error midway, a Parquet batch that does not decode). One handler around the whole stream: a
+    consumer's own exception never enters a generator, so only the reading is caught."""
+    with _unreadable_file(path):
+        yield from rows
+
+
+def _file_error(path: Path, exc: Exception) -> InputFileError | None:
+    """``exc`` as an ``InputFileError`` naming ``path`` when it is the file's failure (an ``OSError``, or pyarrow's
+    error for a file that is not Parquet), else None."""
+    if "pyarrow" in sys.modules:  # only a Parquet file brings it in: a JSONL file's errors are OSErrors
+        import pyarrow as pa
+
+        if isinstance(exc, pa.ArrowException) and not isinstance(exc, OSError):
+            return InputFileError(f"cannot read the file ({type(exc).__name__}: {exc})", path=str(path))
+    if isinstance(exc, OSError):
+        reason = exc.strerror or str(exc)
+        return InputFileError(f"cannot read the file ({type(exc).__name__}: {reason})", path=str(path))
+    return None
 
 
 def _cap(max_line_bytes: int) -> str:

@@ -16,6 +16,7 @@
     │   ├── ExportRestrictedError the store is marked restricted (gil_core.telemetry.sqlite)
     │   └── SqliteLayoutError    a SQLite file is not in the reference's layout (gil_core.telemetry.sqlite)
     ├── UnknownTraceError        feedback names a trace the task does not have (task, trace_id)
+    ├── InputFileError           a ticket or verdict file cannot be read: missing, a folder, not Parquet (its path)
     ├── LearnedStateError        a stored learned judge cannot be used: unreadable, of another task (its file)
     └── MemoryUnavailableError   memory cannot answer: its embedder or store failed, or its circuit is open (task)
 
@@ -31,6 +32,7 @@ __all__ = [
     "BadResponseError",
     "ConfigurationError",
     "GilError",
+    "InputFileError",
     "InvalidArgumentError",
     "LabelCapacityError",
     "LearnedStateError",
@@ -148,6 +150,17 @@ class UnknownTraceError(GilError):
         self.trace_id = trace_id
         self.task = task
         super().__init__(message)
+
+
+class InputFileError(GilError):
+    """A ticket or verdict file cannot be read as a whole: it is missing, a folder, unreadable, or a ``.parquet``
+    file that is not Parquet. ``path`` is the file; the message names it and the reason. (A bad line or row of a
+    readable file is no error: it is reported where it stands, and the rest of the file runs.)"""
+
+    def __init__(self, reason: str, *, path: str) -> None:
+        self.reason = reason
+        self.path = path
+        super().__init__(f"{path}: {reason}")
 
 
 class LearnedStateError(GilError):

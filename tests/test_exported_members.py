@@ -11,6 +11,7 @@ PUBLIC = {
         "BadResponseError",
         "ConfigurationError",
         "GilError",
+        "InputFileError",
         "InvalidArgumentError",
         "LabelCapacityError",
         "LearnedStateError",

@@ -77,13 +77,15 @@ Durability model
   warning naming it, and it is moved into ``<root>/quarantine/<table>/`` under its own name. A read whose pages
   fail to decode although every footer did finds the file by decoding each whole and sets it aside alike. Only
   the bytes decide: when Polars fails, the file is read whole and decoded in memory, so an I/O error, a missing
-  object (a concurrent compaction: list again) or keys that may not read raise as they are and never move a file;
+  object (a concurrent compaction: list again) or keys that may not read are raised and never move a file;
   a broken file that cannot be moved (read-only keys or file system) stays where it is, skipped. ``quarantined()``
   lists what was set aside (stats report it); ``check()`` (``gil doctor``) decodes every live file whole, and with
   ``repair`` moves the broken ones and puts back quarantined files whose columns cast to the table's types without
   loss. Writes never read old files, so they go on.
 * **Errors on object storage** are ``TelemetryError``s naming the table and the location; their text passes
-  through ``S3Settings.redact`` and chains no exception that could carry a key.
+  through ``S3Settings.redact`` and chains no exception that could carry a key. **In a local folder** a failed
+  read, listing, write or compaction (a file where a folder should be, a file that cannot be opened) is a
+  ``TelemetryError`` naming the table and the store, the ``OSError`` or Polars error as its cause.
 """
 
 from __future__ import annotations
@@ -484,6 +486,8 @@ class TelemetryStore:
                 return read()
             except FileNotFoundError as exc:
                 _log.debug("%s went while a scan was being collected: scanning again", exc.filename or exc)
+            except (OSError, pl.exceptions.PolarsError) as exc:  # a collect that failed otherwise: not a race
+                raise _local_error(f"the store at {self._location}", "collect a scan", exc) from exc
         raise TelemetryError(f"the store at {self.root}: no scan survived {_READ_ATTEMPTS} concurrent compactions")
 
     def compact(self, table: str) -> int:
@@ -551,9 +555,14 @@ class TelemetryStore:
         return folder
 
     def _guarded(self, table: str, what: str, run: Callable[[], _T]) -> _T:
-        """``run()``; on object storage a failure becomes a ``TelemetryError`` whose text holds no key."""
+        """``run()``; on object storage a failure becomes a ``TelemetryError`` whose text holds no key. In a local
+        folder a file system or Polars failure (a file or folder in the way, a read that fails) becomes one naming
+        the table and the store, the library's exception as its cause."""
         if self._s3 is None:
-            return run()
+            try:
+                return run()
+            except (OSError, pl.exceptions.PolarsError) as exc:
+                raise _local_error(f"table {table!r} at {self._location}", what, exc) from exc
         try:
             return run()
         except GilError:
@@ -578,10 +587,14 @@ class TelemetryStore:
         folder = self._folder(table)
         name = _file_name(seq, _SUFFIX)
         metadata = {ORDER_KEY: ORDER_KEY_VERSION}
-        try:
-            self._guarded(table, "append", lambda: folder.write_parquet(name, stamped, metadata=metadata))
-        except OSError as exc:  # a local folder: the temporary file is gone, nothing partial is left
-            raise _write_error(table, folder, exc) from exc
+        write = functools.partial(folder.write_parquet, name, stamped, metadata=metadata)
+        if self._s3 is not None:
+            self._guarded(table, "append", write)
+        else:
+            try:
+                write()
+            except OSError as exc:  # the temporary file is gone, nothing partial is left
+                raise _write_error(table, folder, exc) from exc
         source = str(folder.source(name))
         self._sound.add(source)
         if table == "traces" and self._written_ids + frame.height <= _WRITTEN_IDS:
@@ -949,6 +962,12 @@ def _write_error(table: str, folder: Folder, exc: OSError) -> TelemetryError:
             "these rows were not written and no partial file is left; free space, then write again"
         )
     return TelemetryError(f"table {table!r} at {folder.where}: could not append ({type(exc).__name__}: {exc})")
+
+
+def _local_error(where: str, what: str, exc: Exception) -> TelemetryError:
+    """A failed local read, listing or compaction as an error naming ``where`` (the table and the store) and
+    what it could not do; the library's text says which file."""
+    return TelemetryError(f"{where}: could not {what} ({type(exc).__name__}: {exc})")
 
 
 def _stored_schema(table: str) -> dict[str, pl.DataType]:

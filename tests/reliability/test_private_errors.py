@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from gil_core.client import InProcessRequestCache, JsonLinesOperationLog
 from gil_core.diagnostics import Diagnostics
-from gil_core.errors import MemoryUnavailableError
+from gil_core.errors import MemoryUnavailableError, TelemetryError
 from gil_core.llm import (
     EmbeddingModel,
     EmbeddingRecorder,
@@ -266,7 +266,8 @@ async def test_a_private_request_leaves_its_text_on_no_error_path(
         error = searched.raised[case]
         assert isinstance(error, MemoryUnavailableError) and error.__cause__ is None, (case, error)
     assert "embedder 'picky' failed (ValueError: cannot embed '***'" in str(searched.raised[case])
-    assert isinstance(searched.raised["store fails"], OSError), searched.raised
+    store_error = searched.raised["store fails"]  # the library's OSError, as the contract wants it: a GilError
+    assert isinstance(store_error, TelemetryError) and isinstance(store_error.__cause__, OSError), searched.raised
     withheld = [
         event
         for span in searched.spans.get_finished_spans()

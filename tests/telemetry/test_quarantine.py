@@ -135,7 +135,8 @@ def test_files_of_older_and_newer_versions_of_a_table_are_read_never_quarantined
 
 def test_a_read_that_fails_is_raised_and_moves_no_file(tmp_path: Path) -> None:
     """The file cannot be opened (a symbolic link to itself: ELOOP): the read failed, which says nothing about the
-    file's bytes. Reads, scans, compaction and stats raise it; nothing is moved."""
+    file's bytes. Reads, scans and compaction raise it, as a ``TelemetryError`` naming the table whose cause is
+    the ``OSError``; nothing is moved."""
     root = tmp_path / "store"
     fill(TelemetryStore(root))
     looping = root / "traces" / BROKEN_NAME
@@ -146,8 +147,9 @@ def test_a_read_that_fails_is_raised_and_moves_no_file(tmp_path: Path) -> None:
         lambda: store.scan("traces").collect(),
         lambda: store.compact("traces"),
     ):
-        with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        with pytest.raises(TelemetryError, match=r"table 'traces'.*Too many levels of symbolic links") as caught:
             attempt()
+        assert isinstance(caught.value.__cause__, OSError)
     assert looping.is_symlink() and not (root / "quarantine").exists()
 
 

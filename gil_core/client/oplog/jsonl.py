@@ -98,11 +98,15 @@ class JsonLinesOperationLog(OperationLogBase):
 
     def entries(self, task: str | None = None) -> Sequence[OperationEntry]:
         """Every written entry in write order, then the pending ones (``task``'s only, when given); an unreadable
-        line is skipped (warned)."""
+        line is skipped (warned), a file that cannot be read at all raises ``TelemetryError`` naming it."""
         written: list[OperationEntry] = []
         files = sorted(self._folder.glob(f"*{_SUFFIX}")) if self._folder.is_dir() else []
         for path in files:
-            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:  # a folder in a file's place, bytes that are not UTF-8
+                raise TelemetryError(f"operation log: cannot read {path} ({type(exc).__name__}: {exc})") from exc
+            for number, line in enumerate(text.splitlines(), start=1):
                 try:
                     written.append(_from_json(line))
                 except (ValueError, KeyError, TypeError):
