@@ -3,7 +3,9 @@ memory; and what verdicts taught, as the request path reads it (per-entry memory
 
 The verdict is durable first, so everything else can be rebuilt from the traces table: a memory that fails to
 learn is left to a rebuild from the history (``rebuild_memory``), a missed refit to the next ``refresh_learned``.
-See docs/architecture.md, "The way of one verdict".
+Such a memory failure is recorded in the store's ``unlearned_verdicts`` table (``gil stats`` counts it, in any
+process, until a relearn of that verdict or a rebuild catches up). See docs/architecture.md, "The way of one
+verdict".
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import polars as pl
@@ -111,6 +113,14 @@ class TraceRow:
 
 _COLUMNS: tuple[str, ...] = tuple(item.name for item in fields(TraceRow))
 
+_REASON_CHARS = 500  # of a failure's text kept in ``unlearned_verdicts``: the log has it whole
+
+
+def _unlearned_row(task: str, trace_id: str, reason: str | None) -> dict[str, Any]:
+    """A row of ``unlearned_verdicts``: memory failed to learn the verdict on ``trace_id`` (``reason``), or, with no
+    reason, it caught up."""
+    return {"trace_id": trace_id, "task": task, "at": datetime.now(UTC), "learned": reason is None, "reason": reason}
+
 
 class Feedback:
     """Verdicts on one store's traces and what they teach: habit statistics (in the store), the shadows and each
@@ -126,6 +136,8 @@ class Feedback:
         self._recent_lock = threading.Lock()  # cachetools caches are not thread-safe
         self._evidence_by_task: dict[str, MemoryEvidence] = {}
         self._shadows: dict[str, Mapping[str, list[Candidate]]] = {}
+        # Per task, the traces whose verdict memory has not learned (``unlearned_verdicts``), read on first need.
+        self._unlearned: dict[str, set[str]] = {}
 
     def keep(self, row: Mapping[str, Any]) -> None:
         """Keep the row of a trace just stored, for the verdict that usually follows."""
@@ -135,8 +147,9 @@ class Feedback:
         """Record a verdict on a trace, then teach habit statistics and memory from it.
 
         The verdict is durable first. Returns whether memory learned it: a memory that fails is logged as a
-        warning and returns False (never swallowed silently: ``apply_verdicts`` counts it as ``not_learned``), the
-        verdict standing and a rebuild from the history replaying it.
+        warning, recorded in ``unlearned_verdicts`` (``gil stats`` counts it) and returns False (never swallowed:
+        ``apply_verdicts`` counts it as ``not_learned``), the verdict standing and a rebuild from the history
+        replaying it. A failure to record that raises (``TelemetryError``).
         """
         row = self._trace(task.name, trace_id)
         verdict = "correct" if correct else "wrong"
@@ -183,6 +196,11 @@ class Feedback:
         if self._memory is None:
             return 0
         await rebuild_memory(self._memory, task.name, self.history(task.name))
+        self._unlearned.pop(task.name, None)  # read again: another process may have recorded failures
+        caught_up = self._unlearned_of(task.name)
+        if caught_up:
+            self._store.append("unlearned_verdicts", [_unlearned_row(task.name, key, None) for key in caught_up])
+            caught_up.clear()
         return len(await self._memory.entries(task.name))
 
     def memory_evidence(self, task: TaskDefinition) -> MemoryEvidence:
@@ -217,7 +235,8 @@ class Feedback:
         self, task: TaskDefinition, row: TraceRow, correct: bool, correction: str | None, *, count: bool = True
     ) -> bool:
         """Memory learns a verdict: a wrong memory hit forgets its source; the confirmed answer is remembered.
-        True when it did (or had nothing to learn), False when memory failed (logged)."""
+        True when it did (or had nothing to learn), False when memory failed (logged, and recorded in
+        ``unlearned_verdicts``; a later success on the same trace records that it caught up)."""
         if task.policy.memory_threshold is None or self._memory is None:
             return True
         source = row.recall_source
@@ -239,8 +258,30 @@ class Feedback:
                 type(exc).__name__,
                 exc,
             )
+            reason = f"{type(exc).__name__}: {exc}"[:_REASON_CHARS]
+            self._store.append("unlearned_verdicts", [_unlearned_row(task.name, row.trace_id, reason)])
+            self._unlearned_of(task.name).add(row.trace_id)
             return False
+        unlearned = self._unlearned_of(task.name)
+        if row.trace_id in unlearned:
+            self._store.append("unlearned_verdicts", [_unlearned_row(task.name, row.trace_id, None)])
+            unlearned.discard(row.trace_id)
         return True
+
+    def _unlearned_of(self, task: str) -> set[str]:
+        """The traces of ``task`` whose verdict memory has not learned, as the store says (read once, then kept)."""
+        unlearned = self._unlearned.get(task)
+        if unlearned is None:
+            rows = self._store.rescanning(
+                lambda: (
+                    self._store.scan("unlearned_verdicts")
+                    .filter((pl.col("task") == task) & ~pl.col("learned"))
+                    .select("trace_id")
+                    .collect()
+                )
+            )
+            unlearned = self._unlearned[task] = set(rows["trace_id"].to_list())
+        return unlearned
 
     def _trace(self, task: str, trace_id: str) -> TraceRow:
         with self._recent_lock:

@@ -45,6 +45,7 @@ WRITE_ORDER: tuple[str, ...] = (
     "promotions",  # before promotion_rounds, which marks a round done
     "promotion_rounds",
     "reviews",
+    "unlearned_verdicts",
 )
 """The order in which the tables of one append (or of one group) are written."""
 assert sorted(WRITE_ORDER) == sorted(TABLES)

@@ -29,6 +29,7 @@ __all__ = [
     "DTYPES",
     "FEEDBACK_VERDICTS",
     "GIL_COLUMNS",
+    "GIL_TABLES",
     "JSON_COLUMNS",
     "KEYS",
     "NULLABLE",
@@ -44,6 +45,7 @@ __all__ = [
     "RunConfigsSchema",
     "StoreMetaSchema",
     "TracesSchema",
+    "UnlearnedVerdictsSchema",
     "VectorsSchema",
     "validate_frame",
 ]
@@ -300,6 +302,22 @@ class VectorsSchema(_Table):
         name = "vectors"
 
 
+class UnlearnedVerdictsSchema(_Table):
+    """A verdict memory did not learn when it was given (its write failed: its store unreachable, a full disk), one
+    row per trace, the newest winning: ``learned`` is false with the ``reason`` when it failed, true once a relearn
+    of that verdict or a rebuild of the task's memory caught up. ``gil stats`` counts the ones still false. Not a
+    reference table (Gil's own: the reference loses such a failure to the log)."""
+
+    trace_id: str
+    task: str
+    at: UtcTimestamp
+    learned: pl.Boolean
+    reason: str = pa.Field(nullable=True)
+
+    class Config:
+        name = "unlearned_verdicts"
+
+
 TABLES: Mapping[str, type[pa.DataFrameModel]] = {
     "traces": TracesSchema,
     "calls": CallsSchema,
@@ -312,10 +330,14 @@ TABLES: Mapping[str, type[pa.DataFrameModel]] = {
     "promotions": PromotionsSchema,
     "reviews": ReviewsSchema,
     "vectors": VectorsSchema,
+    "unlearned_verdicts": UnlearnedVerdictsSchema,
 }
 """Table name → its pandera model, in the reference's order (then the tables Gil added)."""
 
-REFERENCE_TABLES: tuple[str, ...] = tuple(name for name in TABLES if name != "vectors")
+GIL_TABLES: tuple[str, ...] = ("vectors", "unlearned_verdicts")
+"""The tables Gil added: stored and read like the others, but not part of the SQLite layout."""
+
+REFERENCE_TABLES: tuple[str, ...] = tuple(name for name in TABLES if name not in GIL_TABLES)
 """The reference's tables: the SQLite layout (``gil_core.telemetry.sqlite``) holds exactly these."""
 
 GIL_COLUMNS: Mapping[str, tuple[str, ...]] = {"traces": ("decider", "batch_id", "flow_run_id")}
@@ -344,6 +366,7 @@ KEYS: Mapping[str, tuple[str, ...]] = {
     "promotion_rounds": ("task", "at_index"),
     "promotions": ("task", "at_index", "option_id"),
     "vectors": ("trace_id",),
+    "unlearned_verdicts": ("trace_id",),
 }
 """Keyed tables → their key: the last row written for a key supersedes earlier ones. ``reviews`` is a log."""
 

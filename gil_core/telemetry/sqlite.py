@@ -10,9 +10,10 @@ The layout is docs/reference.md, "Telemetry layout": the ten tables, their colum
   ``Z`` (``2026-11-30T09:34:04.123456Z``), so they sort as text and parse back to the same microsecond;
 * a null is ``NULL``.
 
-Gil's own tables and columns (``schemas.GIL_COLUMNS``; ``vectors``, the requests' embeddings kept for the
-learned judge) are not part of the layout: they stay in the store; an import leaves Gil's columns null, and a
-store imported from SQLite relearns from the requests confirmed after the import.
+Gil's own tables and columns (``schemas.GIL_COLUMNS``, ``schemas.GIL_TABLES``: ``vectors``, the requests'
+embeddings kept for the learned judge, and ``unlearned_verdicts``) are not part of the layout: they stay in the
+store; an import leaves Gil's columns null, and a store imported from SQLite relearns from the requests confirmed
+after the import.
 
 Counter tables are exported as read (one row per key, increments summed), rows in the store's read order; import
 keeps the file's row order. A round trip into an empty store reads back identical frames.

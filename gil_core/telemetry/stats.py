@@ -138,7 +138,9 @@ class Stats:
     """What the log says about one task. Rates are None when the task has no requests; ``misroutes`` is None
     when no tree was given; ``repriced`` says whether chat calls were priced again with a given model.
     ``quarantined_files`` is how many broken files the store (every table, every task) has set aside; their
-    footers count ``quarantined_rows`` rows, and ``quarantined_uncounted`` of them have no footer that reads."""
+    footers count ``quarantined_rows`` rows, and ``quarantined_uncounted`` of them have no footer that reads.
+    ``memory_not_learned`` is how many of the task's verdicts memory failed to learn and no relearn or rebuild has
+    caught up with yet (the ``unlearned_verdicts`` table; ``memory_failures`` counts failed lookups)."""
 
     task: str
     requests: int
@@ -154,6 +156,7 @@ class Stats:
     quarantined_files: int = 0
     quarantined_rows: int = 0
     quarantined_uncounted: int = 0
+    memory_not_learned: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready values (``gil stats --json``): the dataclass tree as dicts and lists."""
@@ -194,6 +197,11 @@ class Stats:
         if self.misroutes is not None:
             lines.append(f"misroutes: {self.misroutes.count:,} of {self.misroutes.checked:,} checked")
             lines += [f"  {item.node} ↛ {item.habit}: {item.count:,}" for item in self.misroutes.by_node]
+        if self.memory_not_learned:
+            lines.append(
+                f"memory did not learn {self.memory_not_learned:,} verdict{'s' if self.memory_not_learned != 1 else ''}"
+                ": stored all the same, gil rebuild-memory replays them"
+            )
         if self.quarantined_files:
             uncounted = (
                 f", {self.quarantined_uncounted:,} without a footer that reads" if self.quarantined_uncounted else ""
@@ -290,10 +298,10 @@ def compute_stats(
     costs = frame.select("trace_id", "created_at", "energy")
     if pricing is not None:
         costs = _reprice(store, costs, pricing)
-    queries = [_modes(frame), _totals(frame), _windows(costs, window), _deciders(frame)]
+    queries = [_modes(frame), _totals(frame), _windows(costs, window), _deciders(frame), _not_learned(store, task)]
     if tree is not None:
         queries += _misroutes(frame, tree)
-    modes, totals, windows, deciders, *misroutes = pl.collect_all(queries)
+    modes, totals, windows, deciders, not_learned, *misroutes = pl.collect_all(queries)
     quarantined = store.quarantined()
     requests, habits, memory, failures = totals.row(0)
     return Stats(
@@ -311,7 +319,14 @@ def compute_stats(
         quarantined_files=len(quarantined),
         quarantined_rows=sum(item.rows or 0 for item in quarantined),
         quarantined_uncounted=sum(item.rows is None for item in quarantined),
+        memory_not_learned=not_learned.item(),
     )
+
+
+def _not_learned(store: TableScanner, task: str) -> pl.LazyFrame:
+    """How many of ``task``'s verdicts memory has not learned: their newest ``unlearned_verdicts`` row says so."""
+    rows = store.scan("unlearned_verdicts").filter((pl.col("task") == task) & ~pl.col("learned"))
+    return rows.select(not_learned=pl.len().cast(pl.Int64))
 
 
 def _reprice(store: TableScanner, traces: pl.LazyFrame, pricing: EnergyModel) -> pl.LazyFrame:

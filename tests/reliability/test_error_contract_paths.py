@@ -1,22 +1,40 @@
 """One error contract, at the library's edge (gil_core.errors, module doc): a file system, Polars, pyarrow or HTTP
 failure met by a public entry point leaves ``gil_core`` as a ``GilError`` naming what failed and where, the
 library's exception as its cause. Each test makes the library fail for real: a file where a folder should be, a
-folder where a file should be, a file cut short, a server that drops the connection."""
+folder where a file should be, a file cut short, a server that drops the connection. And a failure to learn from
+feedback is recorded where every process sees it, and counted by ``gil stats``."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
 import polars as pl
 import pytest
+from typer.testing import CliRunner
 
-from gil_core.batch import count_lines, iter_tickets, read_tickets, read_verdicts
+from flows.cli import app
+from gil_core.batch import (
+    Ticket,
+    Verdict,
+    apply_verdicts,
+    count_lines,
+    iter_tickets,
+    read_tickets,
+    read_verdicts,
+    resolve_batch,
+)
 from gil_core.client.oplog.jsonl import OPERATION_LOG_FOLDER, JsonLinesOperationLog
 from gil_core.errors import InputFileError, ModelUnavailableError, TelemetryError
 from gil_core.llm import Message, OpenAICompatibleChatModel
+from gil_core.runtime import open_runtime
+from gil_core.taskfile import load_task_file
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import ScriptedOpenAIServer
+from tests.flows._support import write_task_file
 from tests.reliability._support import write_jsonl
+from tests.resolver._support import Script, support_server
 
 pytestmark = pytest.mark.reliability
 
@@ -158,3 +176,55 @@ async def test_a_server_that_drops_the_connection_is_a_model_error_naming_the_en
                 await chat.complete(MESSAGES, max_tokens=8)
         assert server.faults["reset"] == 1
     assert server.base_url in str(caught.value) and caught.value.endpoint.startswith(server.base_url)
+
+
+# -- a verdict memory failed to learn ---------------------------------------------------------------------------
+
+REFUND_QUESTION = "where is my refund?"
+
+
+def gil_stats(task_file: Path, *, as_json: bool) -> str:
+    """``gil stats`` run through its entry point in this process: a store object of its own."""
+    result = CliRunner().invoke(app, ["stats", "-t", str(task_file), *(["--json"] if as_json else [])])
+    assert result.exit_code == 0, result.stderr
+    return result.stdout
+
+
+async def give_verdicts(task_file: Path, tickets: list[Ticket]) -> int:
+    """Resolve ``tickets``, confirm each answer; the verdicts memory did not learn (``FeedbackReport``)."""
+    loaded = load_task_file(task_file)
+    async with open_runtime(loaded) as runtime:
+        report = await resolve_batch(runtime.resolver, loaded.task, tickets, concurrency=1)
+        verdicts = [Verdict(report.trace_ids[ticket.id], True) for ticket in tickets]
+        return (await apply_verdicts(runtime.resolver, loaded.task, verdicts)).not_learned
+
+
+@pytest.mark.slow
+def test_verdicts_memory_failed_to_learn_are_counted_by_gil_stats_until_a_relearn_or_rebuild(tmp_path: Path) -> None:
+    """Memory's folder is a file (a broken mount): every memory write during feedback fails. The verdicts are
+    stored, and each failure is recorded in the store, so ``gil stats`` (another store object, as another process
+    has) counts them, in its JSON and in its text. A rerun of two of the verdicts once memory is back relearns
+    them (the count drops to 1, in a new runtime that knew nothing of the failures), and ``gil rebuild-memory``
+    catches up with the last."""
+    with support_server({REFUND_QUESTION: Script(route=["billing", "refund status"])}) as chat:
+        task_file = write_task_file(tmp_path, chat.base_url)
+        (tmp_path / "memory").write_text("not a directory", encoding="utf-8")
+        tickets = [Ticket(f"t{index}", REFUND_QUESTION) for index in range(3)]
+        assert asyncio.run(give_verdicts(task_file, tickets)) == 3
+
+        document = json.loads(gil_stats(task_file, as_json=True))
+        assert document["memory_not_learned"] == 3
+        assert "memory did not learn 3 verdicts" in gil_stats(task_file, as_json=False)
+        rows = TelemetryStore(tmp_path / "store").read("unlearned_verdicts")
+        assert rows.height == 3 and not any(rows["learned"]) and set(rows["task"]) == {"support"}
+        assert all("LanceDB store" in reason for reason in rows["reason"])  # what failed, and where
+
+        (tmp_path / "memory").unlink()  # the mount is back, empty
+        assert asyncio.run(give_verdicts(task_file, tickets[:2])) == 0  # stored already: relearnt
+        assert json.loads(gil_stats(task_file, as_json=True))["memory_not_learned"] == 1
+        assert "memory did not learn 1 verdict:" in gil_stats(task_file, as_json=False)
+
+    result = CliRunner().invoke(app, ["rebuild-memory", "-t", str(task_file), "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(gil_stats(task_file, as_json=True))["memory_not_learned"] == 0
+    assert "memory did not learn" not in gil_stats(task_file, as_json=False)

@@ -45,6 +45,7 @@ def test_every_table_has_exactly_the_reference_columns_in_order() -> None:
         ),
         "reviews": ("task", "reviewed_at", "kind", "item_id", "decision", "note"),
         "vectors": ("trace_id", "task", "created_at", "model", "dimensions", "vector"),  # Gil's own table
+        "unlearned_verdicts": ("trace_id", "task", "at", "learned", "reason"),  # Gil's own table
     }  # fmt: skip
 
 
