@@ -1,7 +1,7 @@
 """Ticket and verdict files (README, "Stable file formats") read as streams: a file of any size is read one line (or
 one Parquet batch of rows) at a time, and a line past ``max_line_bytes`` is refused, naming file:line, without
 being read into memory. A file that cannot be read at all (missing, a folder, not Parquet) raises
-``InputFileError`` naming it. ``gil_core.batch`` re-exports what is public here.
+``BatchFileError`` naming it. ``gil_core.batch`` re-exports what is public here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gil_core.errors import ConfigurationError, InputFileError
+from gil_core.errors import BatchFileError, ConfigurationError
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -148,7 +148,7 @@ def count_lines(path: str | Path) -> int:
 
 @contextmanager
 def _unreadable_file(path: Path) -> Iterator[None]:
-    """A failure to open or read ``path`` itself as an ``InputFileError`` naming it (``_file_error``)."""
+    """A failure to open or read ``path`` itself as an ``BatchFileError`` naming it (``_file_error``)."""
     try:
         yield
     except Exception as exc:
@@ -159,24 +159,24 @@ def _unreadable_file(path: Path) -> Iterator[None]:
 
 
 def _read_through(path: Path, rows: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
-    """``rows``, read from ``path``, with a failure of the file itself raised as ``InputFileError``: opening it, or
+    """``rows``, read from ``path``, with a failure of the file itself raised as ``BatchFileError``: opening it, or
     reading on (an I/O error midway, a Parquet batch that does not decode). One handler around the whole stream: a
     consumer's own exception never enters a generator, so only the reading is caught."""
     with _unreadable_file(path):
         yield from rows
 
 
-def _file_error(path: Path, exc: Exception) -> InputFileError | None:
-    """``exc`` as an ``InputFileError`` naming ``path`` when it is the file's failure (an ``OSError``, or pyarrow's
+def _file_error(path: Path, exc: Exception) -> BatchFileError | None:
+    """``exc`` as an ``BatchFileError`` naming ``path`` when it is the file's failure (an ``OSError``, or pyarrow's
     error for a file that is not Parquet), else None."""
     if "pyarrow" in sys.modules:  # only a Parquet file brings it in: a JSONL file's errors are OSErrors
         import pyarrow as pa
 
         if isinstance(exc, pa.ArrowException) and not isinstance(exc, OSError):
-            return InputFileError(f"cannot read the file ({type(exc).__name__}: {exc})", path=str(path))
+            return BatchFileError(f"cannot read the file ({type(exc).__name__}: {exc})", path=str(path))
     if isinstance(exc, OSError):
         reason = exc.strerror or str(exc)
-        return InputFileError(f"cannot read the file ({type(exc).__name__}: {reason})", path=str(path))
+        return BatchFileError(f"cannot read the file ({type(exc).__name__}: {reason})", path=str(path))
     return None
 
 

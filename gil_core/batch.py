@@ -37,6 +37,7 @@ from gil_core._ticket_files import (
 from gil_core.atomic import atomic_open
 from gil_core.batch_scope import batch_scope, new_batch_id
 from gil_core.errors import (
+    BatchFileError,
     ConfigurationError,
     GilError,
     SchemaViolationError,
@@ -506,7 +507,9 @@ def write_results(
 ) -> int:
     """Write one result line per ticket that has a trace (stable interface, see README), in ticket order,
     atomically. ``tickets``: a batch's report (its ``trace_ids``), or the tickets themselves, which may be a
-    stream (``iter_tickets``): their traces are read ``_RESULTS_WINDOW`` at a time, one window held at once."""
+    stream (``iter_tickets``): their traces are read ``_RESULTS_WINDOW`` at a time, one window held at once. A
+    file that cannot be written (a folder in its place, a full disk) raises ``BatchFileError`` naming it; the file
+    as it was is left."""
     pairs: Iterable[tuple[str, str]] = (
         tickets.trace_ids.items()
         if isinstance(tickets, BatchReport)
@@ -514,15 +517,18 @@ def write_results(
     )
     written = 0
     source = iter(pairs)
-    with atomic_open(out) as handle:
-        while part := list(itertools.islice(source, _RESULTS_WINDOW)):
-            rows = _result_rows(store, [trace_id for _, trace_id in part])
-            for ticket_id, trace_id in part:
-                row = rows.get(trace_id)
-                if row is not None:
-                    handle.write(json.dumps(_result_line(task, ticket_id, trace_id, row), ensure_ascii=False))
-                    handle.write("\n")
-                    written += 1
+    try:
+        with atomic_open(out) as handle:
+            while part := list(itertools.islice(source, _RESULTS_WINDOW)):
+                rows = _result_rows(store, [trace_id for _, trace_id in part])
+                for ticket_id, trace_id in part:
+                    row = rows.get(trace_id)
+                    if row is not None:
+                        handle.write(json.dumps(_result_line(task, ticket_id, trace_id, row), ensure_ascii=False))
+                        handle.write("\n")
+                        written += 1
+    except OSError as exc:  # the store's own failures are TelemetryErrors already: this is the results file's
+        raise BatchFileError(f"cannot write the results ({type(exc).__name__}: {exc})", path=str(out)) from exc
     return written
 
 

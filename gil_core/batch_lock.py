@@ -106,7 +106,8 @@ def _describe(owner: dict[str, Any] | None) -> str:
 
 @contextmanager
 def _file_turn(path: Path, task: str, wait_s: float, on_wait: Callable[[str], None] | None) -> Iterator[BatchTurn]:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """The turn as a file lock at ``path``. A lock that cannot be taken at all (the store's folder a file, a folder
+    that cannot be written) is a ``TelemetryError`` naming the lock file and the task."""
     # filelock truncates the lock file it opens: who holds it is written beside it.
     owner_file = path.with_suffix(".owner")
 
@@ -118,21 +119,40 @@ def _file_turn(path: Path, task: str, wait_s: float, on_wait: Callable[[str], No
         return f"{_describe(owner if isinstance(owner, dict) else None)} of task {task!r} holds {path}"
 
     lock = FileLock(path, timeout=wait_s, thread_local=False)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
+    with _lock_errors(path, task):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        held = _acquired(lock, 0)
+    if not held:
         if on_wait is not None:
             on_wait(holder())
-        try:
-            lock.acquire(timeout=wait_s)
-        except Timeout:
-            yield BatchTurn(False, f"{holder()}; waited {wait_s:g} s")
-            return
+        with _lock_errors(path, task):
+            held = _acquired(lock, wait_s)
+    if not held:
+        yield BatchTurn(False, f"{holder()}; waited {wait_s:g} s")
+        return
     try:
-        owner_file.write_text(json.dumps(_owner()), encoding="utf-8")
+        with _lock_errors(path, task):
+            owner_file.write_text(json.dumps(_owner()), encoding="utf-8")
         yield BatchTurn(True)
     finally:
         lock.release()
+
+
+def _acquired(lock: FileLock, timeout: float) -> bool:
+    """Whether ``lock`` was taken within ``timeout`` (filelock's ``Timeout``, an ``OSError`` too, is no failure)."""
+    try:
+        lock.acquire(timeout=timeout)
+    except Timeout:
+        return False
+    return True
+
+
+@contextmanager
+def _lock_errors(path: Path, task: str) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise TelemetryError(f"batch turn of task {task!r}: cannot lock {path} ({type(exc).__name__}: {exc})") from exc
 
 
 class _Lease:

@@ -16,7 +16,7 @@
     │   ├── ExportRestrictedError the store is marked restricted (gil_core.telemetry.sqlite)
     │   └── SqliteLayoutError    a SQLite file is not in the reference's layout (gil_core.telemetry.sqlite)
     ├── UnknownTraceError        feedback names a trace the task does not have (task, trace_id)
-    ├── InputFileError           a ticket or verdict file cannot be read: missing, a folder, not Parquet (its path)
+    ├── BatchFileError           a ticket, verdict or results file cannot be read or written (its path)
     ├── LearnedStateError        a stored learned judge cannot be used: unreadable, of another task (its file)
     └── MemoryUnavailableError   memory cannot answer: its embedder or store failed, or its circuit is open (task)
 
@@ -30,9 +30,9 @@ from __future__ import annotations
 
 __all__ = [
     "BadResponseError",
+    "BatchFileError",
     "ConfigurationError",
     "GilError",
-    "InputFileError",
     "InvalidArgumentError",
     "LabelCapacityError",
     "LearnedStateError",
@@ -152,10 +152,11 @@ class UnknownTraceError(GilError):
         super().__init__(message)
 
 
-class InputFileError(GilError):
-    """A ticket or verdict file cannot be read as a whole: it is missing, a folder, unreadable, or a ``.parquet``
-    file that is not Parquet. ``path`` is the file; the message names it and the reason. (A bad line or row of a
-    readable file is no error: it is reported where it stands, and the rest of the file runs.)"""
+class BatchFileError(GilError):
+    """A batch's file cannot be used as a whole: a ticket or verdict file is missing, a folder, unreadable, or a
+    ``.parquet`` file that is not Parquet; a results file cannot be written. ``path`` is the file; the message names
+    it and the reason. (A bad line or row of a readable file is no error: it is reported where it stands, and the
+    rest of the file runs.)"""
 
     def __init__(self, reason: str, *, path: str) -> None:
         self.reason = reason

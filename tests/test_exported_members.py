@@ -9,9 +9,9 @@ import pytest
 PUBLIC = {
     "gil_core.errors": [
         "BadResponseError",
+        "BatchFileError",
         "ConfigurationError",
         "GilError",
-        "InputFileError",
         "InvalidArgumentError",
         "LabelCapacityError",
         "LearnedStateError",

@@ -217,8 +217,14 @@ def _compact_yaml(data: Any) -> str:
 
 
 def write_tree(tree: Tree | Node, path: str | Path) -> None:
-    """Write the compact YAML of a tree to ``path`` (UTF-8), atomically: a reader sees the old tree or the new."""
-    atomic_write_text(path, dump_tree(tree))
+    """Write the compact YAML of a tree to ``path`` (UTF-8), atomically: a reader sees the old tree or the new. A
+    write that fails (a folder in the way, no space) raises ``TreeFileError`` naming the file; nothing is left
+    half-written."""
+    text = dump_tree(tree)
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise TreeFileError(f"cannot write the tree file ({type(exc).__name__}: {exc})", path=str(path)) from exc
 
 
 class _Dumper(yaml.SafeDumper):

@@ -24,10 +24,13 @@ from gil_core.batch import (
     read_tickets,
     read_verdicts,
     resolve_batch,
+    write_results,
 )
+from gil_core.batch_lock import hold_batch_turn
 from gil_core.client.oplog.jsonl import OPERATION_LOG_FOLDER, JsonLinesOperationLog
-from gil_core.errors import InputFileError, ModelUnavailableError, TelemetryError
+from gil_core.errors import BatchFileError, ModelUnavailableError, TelemetryError, TreeFileError
 from gil_core.llm import Message, OpenAICompatibleChatModel
+from gil_core.ontology import load_tree, write_tree
 from gil_core.runtime import open_runtime
 from gil_core.taskfile import load_task_file
 from gil_core.telemetry import TelemetryStore
@@ -113,12 +116,12 @@ def test_a_folder_in_a_ticket_or_verdict_files_place_is_an_input_file_error_nami
         lambda: read_verdicts(folder),
         lambda: count_lines(folder),
     ):
-        with pytest.raises(InputFileError, match="Is a directory") as caught:
+        with pytest.raises(BatchFileError, match="Is a directory") as caught:
             attempt()
         assert caught.value.path == str(folder) and str(caught.value).startswith(f"{folder}: cannot read the file")
         assert isinstance(caught.value.__cause__, IsADirectoryError)
     missing = tmp_path / "absent.jsonl"
-    with pytest.raises(InputFileError, match="No such file or directory") as gone:
+    with pytest.raises(BatchFileError, match="No such file or directory") as gone:
         read_verdicts(missing)
     assert gone.value.path == str(missing)
 
@@ -132,7 +135,7 @@ def test_a_parquet_ticket_file_cut_short_is_an_input_file_error_naming_it(tmp_pa
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     for attempt in (lambda: read_tickets(path), lambda: count_lines(path)):
-        with pytest.raises(InputFileError, match=r"not a parquet file|magic bytes") as caught:
+        with pytest.raises(BatchFileError, match=r"not a parquet file|magic bytes") as caught:
             attempt()
         assert caught.value.path == str(path) and str(path) in str(caught.value)
 
@@ -145,6 +148,43 @@ def test_a_bad_line_of_a_readable_file_is_still_reported_where_it_stands_not_rai
         handle.write("{not json\n")
     tickets, bad = read_tickets(path)
     assert [ticket.id for ticket in tickets] == ["a"] and [item.where for item in bad] == [f"{path}:2"]
+
+
+def test_a_results_file_that_cannot_be_written_is_a_batch_file_error_naming_it(tmp_path: Path) -> None:
+    task = load_task_file(write_task_file(tmp_path, "http://127.0.0.1:9/v1")).task
+    out = tmp_path / "results.jsonl"
+    out.mkdir()
+    with pytest.raises(BatchFileError, match="cannot write the results") as caught:
+        write_results(TelemetryStore(tmp_path / "store"), task, [Ticket("a", "hello")], out)
+    assert caught.value.path == str(out) and isinstance(caught.value.__cause__, IsADirectoryError)
+    assert out.is_dir() and not [path for path in tmp_path.iterdir() if path.name.endswith(".tmp")]
+
+
+# -- the batch turn and the tree file ---------------------------------------------------------------------------
+
+
+def test_a_batch_turn_on_a_store_whose_folder_is_a_file_is_a_telemetry_error_naming_the_lock(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    root.write_text("not a folder", encoding="utf-8")
+    with (
+        pytest.raises(
+            TelemetryError, match=r"batch turn of task 'support': cannot lock .*batch-support\.lock"
+        ) as caught,
+        hold_batch_turn(root, "support", wait_s=0),
+    ):
+        pass
+    assert str(root) in str(caught.value) and isinstance(caught.value.__cause__, NotADirectoryError)
+
+
+def test_a_tree_written_where_a_folder_stands_is_a_tree_file_error_naming_the_file(tmp_path: Path) -> None:
+    tree = load_tree(Path(__file__).resolve().parents[2] / "ontologies" / "support.yaml")
+    target = tmp_path / "tree.yaml"
+    target.mkdir()
+    with pytest.raises(TreeFileError, match="cannot write the tree file") as caught:
+        write_tree(tree, target)
+    assert caught.value.path == str(target) and str(caught.value).startswith(f"{target}: ")
+    write_tree(tree, tmp_path / "elsewhere.yaml")  # the same tree where nothing is in the way
+    assert load_tree(tmp_path / "elsewhere.yaml").root.id == tree.root.id
 
 
 # -- the operation log -----------------------------------------------------------------------------------------
