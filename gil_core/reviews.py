@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from gil_core.atomic import atomic_write_text
-from gil_core.errors import ConfigurationError
+from gil_core.errors import ConfigurationError, TreeFileError
 from gil_core.habits.deactivation import (
     DeactivationPolicy,
     ReliabilityWeights,
@@ -262,7 +262,7 @@ def decide(
         PromotionLog(store).record(task.name, change.at_index, change.promoted)
     ReviewLog(store).record(task.name, kind, item_id, decision, note)
     if edited is not None and source:
-        atomic_write_text(source, edited)
+        _write_tree_text(source, edited)
     return change.tree
 
 
@@ -316,10 +316,22 @@ def write_tree_version(tree: Tree, source: str | Path) -> Path:
         number += 1
         path = source.with_name(f"{stem}.v{number}{source.suffix}")
         try:
-            atomic_write_text(path, text, overwrite=False)
+            _write_tree_text(path, text, overwrite=False)
             return path
         except FileExistsError:
             continue
+
+
+def _write_tree_text(path: str | Path, text: str, *, overwrite: bool = True) -> None:
+    """Write a tree file atomically; a failure (a folder in the way, no space) is a ``TreeFileError`` naming it.
+    ``FileExistsError`` (``overwrite=False`` and the file is there) is raised as it is, for the caller to pick
+    another name."""
+    try:
+        atomic_write_text(path, text, overwrite=overwrite)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise TreeFileError(f"cannot write the tree file ({type(exc).__name__}: {exc})", path=str(path)) from exc
 
 
 def _shortened(text: str, limit: int = 60) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from gil_core.errors import ConfigurationError, LearnedStateError
+from gil_core.errors import ConfigurationError, LearnedStateError, TelemetryError
 from gil_core.learned import DEFAULT_RANDOM_SHARE, Learner
 from gil_core.learned.queue import FeedbackQueue, issue_queue
 from gil_core.llm import ChatModel, EmbeddingModel, EmbeddingRecorder, OpenAICompatibleChatModel
@@ -218,13 +218,21 @@ async def open_learner(task_file: TaskFile, *, energy: EnergyModel | None = None
 
 
 def load_fitted_energy(store: TelemetryStore) -> EnergyModel | None:
-    """The coefficients ``fit-energy`` last stored in ``store_meta``, if any."""
+    """The coefficients ``fit-energy`` last stored in ``store_meta``, if any. A stored value that is not the JSON
+    of an ``EnergyModel`` (edited by hand, written by another version) raises ``TelemetryError`` naming the key:
+    fit the model again (``gil fit-energy``)."""
     meta = store.read("store_meta")
     rows = meta.filter(meta["key"] == ENERGY_META_KEY)
     if rows.is_empty():
         return None
-    values = json.loads(rows["value"][0])
-    return EnergyModel(**values)
+    try:
+        values = json.loads(rows["value"][0])
+        return EnergyModel(**values)
+    except (ValueError, TypeError, RecursionError, ConfigurationError) as exc:
+        raise TelemetryError(
+            f"table 'store_meta' at {store.location}: key {ENERGY_META_KEY!r} holds no energy model "
+            f"({type(exc).__name__}: {exc}); run gil fit-energy again"
+        ) from exc
 
 
 async def issue_task_queue(

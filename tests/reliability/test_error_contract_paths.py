@@ -31,7 +31,8 @@ from gil_core.client.oplog.jsonl import OPERATION_LOG_FOLDER, JsonLinesOperation
 from gil_core.errors import BatchFileError, ModelUnavailableError, TelemetryError, TreeFileError
 from gil_core.llm import Message, OpenAICompatibleChatModel
 from gil_core.ontology import load_tree, write_tree
-from gil_core.runtime import open_runtime
+from gil_core.reviews import write_tree_version
+from gil_core.runtime import load_fitted_energy, open_runtime
 from gil_core.taskfile import load_task_file
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import ScriptedOpenAIServer
@@ -185,6 +186,29 @@ def test_a_tree_written_where_a_folder_stands_is_a_tree_file_error_naming_the_fi
     assert caught.value.path == str(target) and str(caught.value).startswith(f"{target}: ")
     write_tree(tree, tmp_path / "elsewhere.yaml")  # the same tree where nothing is in the way
     assert load_tree(tmp_path / "elsewhere.yaml").root.id == tree.root.id
+
+
+def test_a_tree_version_that_cannot_be_written_is_a_tree_file_error_naming_it(tmp_path: Path) -> None:
+    """The folder beside the tree file is a file (the review's new version has nowhere to go)."""
+    tree = load_tree(Path(__file__).resolve().parents[2] / "ontologies" / "support.yaml")
+    (tmp_path / "trees").write_text("not a folder", encoding="utf-8")
+    with pytest.raises(TreeFileError, match="cannot write the tree file") as caught:
+        write_tree_version(tree, tmp_path / "trees" / "support.yaml")
+    assert caught.value.path == str(tmp_path / "trees" / "support.v2.yaml")
+    assert isinstance(caught.value.__cause__, NotADirectoryError)
+
+
+# -- a stored value that does not read ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["{not json", '{"no_such_coefficient": 1.0}', '{"fixed": "a lot"}'])
+def test_a_stored_energy_model_that_does_not_read_is_a_telemetry_error_naming_the_key(
+    tmp_path: Path, value: str
+) -> None:
+    store = TelemetryStore(tmp_path / "store")
+    store.append("store_meta", [{"key": "energy_model", "value": value}])
+    with pytest.raises(TelemetryError, match=r"table 'store_meta' at .*: key 'energy_model' holds no energy model"):
+        load_fitted_energy(TelemetryStore(tmp_path / "store"))
 
 
 # -- the operation log -----------------------------------------------------------------------------------------
