@@ -55,6 +55,7 @@ def expected_sections(parts: tuple[str, ...] = PARTS, *, local_model: bool = Tru
             "Speed: resolver overhead (part B)",
             "Speed: memory lookup (part B)",
             "Speed: telemetry (part B)",
+            "Speed: commands in a fresh process",
         ]
         if local_model:
             titles.append("Speed: prompt prefix reuse (part B)")

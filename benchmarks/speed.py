@@ -1,11 +1,12 @@
 """Speed (issue #7, part B): what Gil itself costs per request, how memory lookup scales, how fast telemetry
-commits, and how much of a judge prompt the local server serves from its prompt cache.
+commits, how much of a judge prompt the local server serves from its prompt cache, and how long the commands take
+in a fresh process.
 
 Every figure stands beside a baseline measured in the same run (the bare scripted model call, numpy brute force,
 a plain Parquet write, a bare durable file write), because on this shared 2-core machine seconds drift with the
 load while ratios hold. Where a target is missed, the section says where the time goes (cProfile).
 
-    uv run --extra local python -m benchmarks.speed [--quick] [--parts resolver,memory,telemetry,prefix]
+    uv run --extra local python -m benchmarks.speed [--quick] [--parts resolver,memory,telemetry,prefix,commands]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks._command_speed import commands_section, measure_commands
 from benchmarks._memory_lookup import LookupSizes, measure_lookup, memory_lookup_section
 from benchmarks._prefix_reuse import measure_prefix, prefix_section
 from benchmarks._report import Section, add_output_options, destination, publish
@@ -28,7 +30,7 @@ from benchmarks._telemetry_speed import measure_telemetry, telemetry_section
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "uv run --extra local python -m benchmarks.speed"
-PARTS = ("resolver", "memory", "telemetry", "prefix")
+PARTS = ("resolver", "memory", "telemetry", "prefix", "commands")
 STATS_SECTION = "Stats over a large store"  # written by benchmarks/stats_speed.py
 
 
@@ -42,6 +44,7 @@ class Sizes:
     append_rows: int
     commits: int
     prefix_requests: int
+    command_runs: int  # fresh processes per command
 
 
 FULL = Sizes(
@@ -55,6 +58,7 @@ FULL = Sizes(
     append_rows=100_000,
     commits=200,
     prefix_requests=16,
+    command_runs=7,
 )
 QUICK = Sizes(
     requests=30,
@@ -65,6 +69,7 @@ QUICK = Sizes(
     append_rows=10_000,
     commits=20,
     prefix_requests=3,
+    command_runs=2,
 )
 
 
@@ -94,6 +99,10 @@ def run(parts: Sequence[str], *, quick: bool, command: str) -> list[Section]:
                 lambda: telemetry_section(
                     measure_telemetry(sizes.append_rows, sizes.commits, root / "telemetry"), command
                 ),
+            ),
+            "commands": (
+                "commands in a fresh process",
+                lambda: commands_section(measure_commands(sizes.command_runs, root / "commands"), command),
             ),
             "prefix": (
                 "prompt prefix reuse on the local server",
