@@ -1,6 +1,8 @@
 """Memory: confirmed answers per task, asked before the tree. One port (``Memory``) and its adapters.
 
-- ``LanceDBMemory``: embeddings in one LanceDB table, exact float64 cosine per task.
+- ``LanceDBMemory``: embeddings in one LanceDB table, exact float64 cosine per task; on a local store a
+  lookup in a fresh process answers from the task's snapshot beside the table while it is current, without
+  importing LanceDB.
 - ``LexicalMemory``: character 2–3-gram TF-IDF cosine, no model (its own similarity scale).
 - ``CircuitBreakingMemory``: stops calling a failing memory for a cooldown.
 - ``CallableEmbeddingModel``: any embedding function as an ``EmbeddingModel``.

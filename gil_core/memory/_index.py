@@ -28,6 +28,10 @@ float32 ones: a quarter of the file to read when a task is opened (1M rows: ~0.4
 Each task has its own index (a folder named by a digest of the task, never by the name itself), so a small task
 is never slowed by a large one's, and no task's lookups can reach another's rows. Snapshots are kept only for a
 local store; on object storage every task is held in the process.
+
+A snapshot's ``meta.json`` also names the task's memory generation read just before its rows were read
+(``memory_generation``, see ``gil_core.memory._snapshots``): while the task's marker still holds it, the snapshot
+is all of the task's rows, and a process that has not connected to LanceDB may answer from it alone.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ __all__ = [
     "Snapshot",
     "TaskRows",
     "index_builder",
+    "index_stamp",
+    "rows_table",
     "snapshot_folder",
 ]
 
@@ -93,6 +99,7 @@ class TaskRows:
     entries: list[MemoryEntry]
     vectors: _Matrix32  # len(entries) × dimensions, raw float32
     created: NDArray[np.int64]  # microseconds
+    generation: str | None = None  # the task's memory generation read before the rows were (None: not kept)
 
 
 def snapshot_folder(root: Path, task: str) -> Path:
@@ -109,6 +116,34 @@ def current_generation(folder: Path) -> str | None:
     return name if name.startswith("g-") and "/" not in name and "\\" not in name else None
 
 
+def index_stamp(folder: Path) -> str | None:
+    """The memory generation ``folder``'s current index snapshot was read at (its ``meta.json`` only), if any."""
+    generation = current_generation(folder)
+    if generation is None:
+        return None
+    try:
+        stamp = json.loads((folder / generation / _META).read_text(encoding="utf-8")).get("memory_generation")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return stamp if isinstance(stamp, str) else None
+
+
+def rows_table(rows: TaskRows, dimensions: int) -> Any:
+    """``rows`` as the Arrow table a snapshot keeps: key, text, answer, ``created_at`` (µs) and the raw vector."""
+    import pyarrow as pa
+
+    flat = pa.array(np.ascontiguousarray(rows.vectors, dtype=np.float32).reshape(-1), type=pa.float32())
+    return pa.table(
+        {
+            "key": pa.array([entry.key for entry in rows.entries], pa.large_string()),
+            "text": pa.array([entry.text for entry in rows.entries], pa.large_string()),
+            "answer": pa.array([entry.answer for entry in rows.entries], pa.large_string()),
+            "created_at": pa.array(rows.created, pa.int64()),
+            "vector": pa.FixedSizeListArray.from_arrays(flat, dimensions),
+        }
+    )
+
+
 class Snapshot:
     """One task's snapshot, opened: the faiss index (in memory) and the Arrow rows (memory-mapped)."""
 
@@ -118,6 +153,8 @@ class Snapshot:
         self.count = int(meta["count"])
         self.dimensions = int(meta["dimensions"])
         self.last_created_us = int(meta["last_created_us"])
+        stamp = meta.get("memory_generation")
+        self.memory_generation = stamp if isinstance(stamp, str) else None
         self._index = index
         batch = rows.combine_chunks()  # written as one batch: nothing is copied
         self.keys = batch.column("key").chunk(0)
@@ -189,21 +226,13 @@ class Snapshot:
         place = folder / generation
         place.mkdir(parents=True)
         faiss.write_index(index, str(place / _INDEX))
-        flat = pa.array(np.ascontiguousarray(rows.vectors, dtype=np.float32).reshape(-1), type=pa.float32())
-        table = pa.table(
-            {
-                "key": pa.array([entry.key for entry in rows.entries], pa.large_string()),
-                "text": pa.array([entry.text for entry in rows.entries], pa.large_string()),
-                "answer": pa.array([entry.answer for entry in rows.entries], pa.large_string()),
-                "created_at": pa.array(rows.created, pa.int64()),
-                "vector": pa.FixedSizeListArray.from_arrays(flat, dimensions),
-            }
-        )
+        table = rows_table(rows, dimensions)
         with pa.OSFile(str(place / _ROWS), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table, max_chunksize=max(1, count))
         last = int(rows.created.max()) if count else 0
         meta = {"format": FORMAT, "task": task, "count": count, "dimensions": dimensions, "lists": lists}
-        (place / _META).write_text(json.dumps({**meta, "last_created_us": last}), encoding="utf-8")
+        meta.update(last_created_us=last, memory_generation=rows.generation)
+        (place / _META).write_text(json.dumps(meta), encoding="utf-8")
         for name in (_INDEX, _ROWS, _META):
             with open(place / name, "rb") as written:
                 os.fsync(written.fileno())

@@ -6,6 +6,12 @@ operation the table's version is checked (read consistency 0, ~0.25 ms locally, 
 storage): a write by another process drops the in-process matrices, which then reload — so results are exact and
 current across processes.
 
+On a local store each task also has a memory generation (a marker every Gil write advances) and a snapshot of its
+rows stamped with the generation it was read at (``gil_core.memory._snapshots``): a memory that has not connected
+yet answers a task whose snapshot is current from the snapshot alone, without importing LanceDB (~1.6–2.6 s of a
+fresh command's start). LanceDB stays the source of truth: a stale, missing or unreadable snapshot sends the
+lookup to the table, and the load that follows writes the snapshot again.
+
 The store is a local folder or an ``s3://bucket/prefix`` string (LanceDB's own object-store support; endpoint,
 keys and region from ``GIL_S3_*``, see ``gil_core.storage``). On S3, LanceDB commits a new table version with a
 put-if-absent of its manifest, so concurrent writers stay safe where the server honours ``If-None-Match``.
@@ -16,11 +22,13 @@ Never fork a process after it used LanceDB (hangs, lost writes): use spawn/forks
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast, overload
@@ -40,9 +48,19 @@ from gil_core.memory._index import (
     TaskRows,
     current_generation,
     index_builder,
+    index_stamp,
     snapshot_folder,
 )
 from gil_core.memory._rules import check_k, check_threshold, latest_per_key
+from gil_core.memory._snapshots import (
+    advance_generation,
+    discard_generation,
+    exact_stamp,
+    open_exact,
+    read_generation,
+    settle_generation,
+    write_exact,
+)
 from gil_core.memory._vectors import TaskVectors
 from gil_core.memory.ports import MemoryEntry, Recall
 from gil_core.storage import S3Settings, load_s3_settings, location
@@ -60,6 +78,7 @@ __all__ = [
     "lance_session",
 ]
 
+_LOG = logging.getLogger(__name__)
 _EMBED_BATCH = 128  # texts per embedding request when rebuilding; endpoints cap the batch size
 _COLUMNS = ["key", "text", "answer", "vector", "created_at"]
 _TAIL_LAG_US = 30_000_000  # rows stamped this long before the latest one read are read again (late commits)
@@ -113,6 +132,21 @@ class MemoryStats:
         self.loads = 0  # tasks read whole from the table
         self.index_lookups = 0  # lookups answered from a task's index
         self.snapshot_opens = 0  # tasks' index snapshots opened (memory-mapped, nothing read whole)
+        self.connects = 0  # connections to LanceDB opened (0: every call was answered from snapshots)
+        self.snapshot_lookups = 0  # lookups answered from a snapshot, without LanceDB
+        self.generation_reads = 0  # memory generation markers read to serve a snapshot
+        self.snapshot_writes = 0  # exact snapshots written after a load
+
+
+@dataclass
+class _Served:
+    """A task answered from its snapshot: the state, the generation it is current for, when the marker was last
+    read (the clock just before) and this process's write count then."""
+
+    state: TaskVectors | IndexedTask
+    generation: str
+    checked_at: float = 0.0
+    writes_seen: int = -1
 
 
 class _ProcessWrites:
@@ -214,6 +248,18 @@ class LanceDBMemory:
     candidates rescored exactly and merged with the rows written since (``gil_core.memory._index``); the same
     freshness bound holds. ``index=None`` keeps every task in the process, and so does a store on object storage.
 
+    Snapshots (a local store only; ``gil_core.memory._snapshots``): every write advances the task's memory
+    generation, a marker beside the table, around its commit. A lookup that loads a task held here from the table
+    then writes its exact rows, stamped with the generation read before the load, on a thread of its own (not on
+    the lookup's path; only after a load, so a burst of writes writes no snapshot); an index snapshot is stamped
+    when it is built. Until this memory first connects to LanceDB, a task whose snapshot carries the marker's
+    generation is answered from that snapshot (the same answers and similarities, bit for bit) and LanceDB is not
+    imported; the marker is read again once ``refresh_interval`` has passed since it was last read (at once after
+    a write by this process), so another process's writes and deletions end the snapshot's answers for every call
+    that starts more than that after the write returned (its marker follows its commit). A marker that moved or
+    is missing, or a snapshot that cannot be read, sends the call to the table, and from then on this memory
+    answers from the table as above. Any write connects (LanceDB is imported then).
+
     Native memory: LanceDB's caches are bounded per process (``lance_session``): metadata at
     ``metadata_cache_bytes`` (64 MiB), the vector index's at ``index_cache_bytes`` (LanceDB's default when None).
     """
@@ -258,6 +304,10 @@ class LanceDBMemory:
         self._builder: IndexBuilder | None = None
         self._builds_seen = 0  # the builder's finished jobs when this instance last looked at the indexes
         self._unreadable: set[tuple[str, str]] = set()  # (task, snapshot generation) that failed to open here
+        self._root = Path(self._path) / f"{table}.gil-index" if not isinstance(self._path, str) else None
+        self._served: dict[str, _Served] = {}  # tasks answered from snapshots, until this memory connects
+        self._kept: dict[str, Snapshot] = {}  # index snapshots opened while serving, reused once connected
+        self._snapshot_writers: list[threading.Thread] = []
         self.stats = MemoryStats()
 
     def __repr__(self) -> str:
@@ -280,14 +330,19 @@ class LanceDBMemory:
             state = await self._state(task)  # again: a write may have landed while the embedder answered
             if not state:
                 return []
+        if self._connection is None and _width(state) != len(query):  # a snapshot of another width: the table says
+            state = await self._state(task, snapshots=False)
+            if not state:
+                return []
         self._check_dimensions(task, query)
+        if self._connection is None:  # nothing connected: the state is a snapshot's
+            self.stats.snapshot_lookups += 1
         if isinstance(state, TaskVectors):
             return state.nearest(query, k)
         async with self._lock():  # the tail must not move under the search's thread
             found = await asyncio.to_thread(state.nearest, query, k)
         if found is None:  # a query without direction: rank the whole task exactly
-            assert self._table is not None, "an indexed task has a table"
-            found = (await self._load(task, self._table)).nearest(query, k)
+            found = (await self._load(task, await self._connected_table(task))).nearest(query, k)
         self.stats.index_lookups += 1
         return found
 
@@ -333,7 +388,7 @@ class LanceDBMemory:
             state = await self._task_state(task, table, force=True)
             created = max(_now_us(), state.last_created_us + 1)
             rows = self._arrow_rows(task, [entry], vector[None, :], [created])
-            with self._store_errors(task, "remember an entry"):
+            with self._advancing(task), self._store_errors(task, "remember an entry"):
                 result = await _merge(table, rows, replace_task=None)
             if isinstance(state, TaskVectors):
                 state.upsert(entry, vector, created)
@@ -351,7 +406,7 @@ class LanceDBMemory:
             state = await self._task_state(task, table, force=True)
             if isinstance(state, TaskVectors) and key not in state:
                 return  # nothing to delete: no new table version
-            with self._store_errors(task, "forget an entry"):
+            with self._advancing(task), self._store_errors(task, "forget an entry"):
                 result = await table.delete(f"task = {_sql_string(task)} AND key = {_sql_string(key)}")
             if isinstance(state, IndexedTask):
                 state.forget(key)
@@ -376,7 +431,7 @@ class LanceDBMemory:
             first = _now_us()
             created = [first + offset for offset in range(len(planned))]
             rows = self._arrow_rows(task, planned, vectors, created)
-            with self._store_errors(task, "replace its entries"):
+            with self._advancing(task), self._store_errors(task, "replace its entries"):
                 # One transaction: upsert the new entries and delete the task's others, or change nothing.
                 result = await _merge(table, rows, replace_task=task)
             dimensions = self._dimensions or vectors.shape[1]
@@ -390,9 +445,14 @@ class LanceDBMemory:
         if state is None:
             return []
         if isinstance(state, IndexedTask):  # not held here: read it
-            assert self._table is not None, "an indexed task has a table"
-            return (await self._load(task, self._table)).entries()
+            return (await self._load(task, await self._connected_table(task))).entries()
         return state.entries()
+
+    def wait_snapshots(self, timeout: float | None = None) -> bool:
+        """Wait for the exact snapshots this memory is writing; whether they are all written (tests, benchmarks)."""
+        for thread in list(self._snapshot_writers):
+            thread.join(timeout)
+        return not any(thread.is_alive() for thread in self._snapshot_writers)
 
     # -- state ---------------------------------------------------------------------------------------------
 
@@ -404,18 +464,128 @@ class LanceDBMemory:
             lock = self._locks[loop] = asyncio.Lock()
         return lock
 
-    async def _state(self, task: str) -> TaskVectors | IndexedTask | None:
-        """``task``'s entries, current within the refresh bound; None while there is no table."""
+    async def _state(self, task: str, *, snapshots: bool = True) -> TaskVectors | IndexedTask | None:
+        """``task``'s entries, current within the refresh bound: from its snapshot while this memory has not
+        connected (``snapshots``) and the snapshot is current, else from the table; None while there is no table."""
         async with self._lock():
-            table = await self._open_table(task)
-            return None if table is None else await self._task_state(task, table)
+            if snapshots and self._connection is None and self._root is not None:
+                served = await self._from_snapshot(task)
+                if served is not None:
+                    return served
+            table = await self._open_table(task, force=not snapshots)
+            return None if table is None else await self._task_state(task, table, lookup=True)
 
-    async def _task_state(self, task: str, table: AsyncTable, *, force: bool = False) -> TaskVectors | IndexedTask:
+    async def _task_state(
+        self, task: str, table: AsyncTable, *, force: bool = False, lookup: bool = False
+    ) -> TaskVectors | IndexedTask:
         await self._sync(task, table, force=force)
         state = self._tasks.get(task)
         if state is None:
-            state = self._tasks[task] = await self._open_task(task, table)
+            state = self._tasks[task] = await self._open_task(task, table, lookup=lookup)
         return state
+
+    async def _connected_table(self, task: str) -> AsyncTable:
+        table = await self._open_table(task, force=True)
+        assert table is not None, "a task with entries has a table"
+        return table
+
+    # -- snapshots -----------------------------------------------------------------------------------------
+
+    async def _from_snapshot(self, task: str) -> TaskVectors | IndexedTask | None:
+        """``task`` from its snapshot: the marker read again once ``refresh_interval`` has passed since it was
+        last read or this process wrote to the table; None when the marker is missing or names no snapshot that
+        opens (the table answers then)."""
+        assert self._root is not None, "snapshots are kept for a local store"
+        served = self._served.get(task)
+        started, writes = self._clock(), self._writes.count
+        if served is not None and writes == served.writes_seen and started - served.checked_at < self._refresh_interval:
+            return served.state
+        generation = read_generation(snapshot_folder(self._root, task))
+        self.stats.generation_reads += 1
+        if served is None or served.generation != generation:
+            self._unserve(task)
+            if generation is None:
+                return None
+            state = await asyncio.to_thread(self._open_snapshot, task, generation)
+            if state is None:
+                return None
+            served = self._served[task] = _Served(state, generation)
+        served.checked_at, served.writes_seen = started, writes
+        return served.state
+
+    def _open_snapshot(self, task: str, generation: str) -> TaskVectors | IndexedTask | None:
+        """``task``'s snapshot stamped ``generation``: its index snapshot when there is one, else its exact rows."""
+        assert self._root is not None, "snapshots are kept for a local store"
+        folder = snapshot_folder(self._root, task)
+        if self._index is not None and index_stamp(folder) == generation:
+            current = current_generation(folder)
+            if current is not None and (task, current) not in self._unreadable:
+                snapshot = Snapshot.open(folder, task=task, dimensions=None)
+                if snapshot is None:
+                    self._unreadable.add((task, current))
+                elif snapshot.memory_generation == generation:
+                    self.stats.snapshot_opens += 1
+                    return IndexedTask(snapshot, self._index)
+        return open_exact(folder, task, generation)
+
+    def _unserve(self, task: str) -> None:
+        """``task`` is no longer answered from its snapshot (an index snapshot opened is kept for the table's path,
+        which reuses it while it is current)."""
+        served = self._served.pop(task, None)
+        if served is not None and isinstance(served.state, IndexedTask):
+            self._kept[task] = served.state.snapshot
+
+    def _stop_serving(self) -> None:
+        """This memory connects: the table answers from now on."""
+        for task in list(self._served):
+            self._unserve(task)
+
+    def _settled(self, task: str) -> str | None:
+        """The generation to stamp a snapshot of ``task`` read from now on with (None: none kept)."""
+        return None if self._root is None else settle_generation(snapshot_folder(self._root, task))
+
+    def _keep_snapshot(self, task: str, generation: str, rows: TaskRows, dimensions: int) -> None:
+        """Write ``rows`` as ``task``'s exact snapshot on a thread of its own (not a daemon: a command's process
+        waits for it before it exits), unless the marker has moved since or the snapshot is current already."""
+        assert self._root is not None, "snapshots are kept for a local store"
+        folder = snapshot_folder(self._root, task)
+
+        def keep() -> None:
+            try:
+                if read_generation(folder) == generation and exact_stamp(folder) != generation:
+                    write_exact(folder, task, generation, rows, dimensions)
+                    self.stats.snapshot_writes += 1
+            except Exception as exc:  # a snapshot not kept costs a fresh process a load from the table, no more
+                _LOG.warning("memory snapshot %s not written: %s: %s", folder, type(exc).__name__, exc)
+
+        thread = threading.Thread(target=keep, name="gil-memory-snapshot")
+        self._snapshot_writers = [*(alive for alive in self._snapshot_writers if alive.is_alive()), thread]
+        thread.start()
+
+    @contextmanager
+    def _advancing(self, task: str) -> Iterator[None]:
+        """Around a commit to ``task``'s rows: its memory generation advanced before it and after it (also when it
+        fails), so no snapshot read before the commit stays current."""
+        if self._root is None:
+            yield
+            return
+        folder = snapshot_folder(self._root, task)
+        self._advance(task, folder)
+        try:
+            yield
+        finally:
+            self._advance(task, folder)
+
+    def _advance(self, task: str, folder: Path) -> None:
+        try:
+            advance_generation(folder)
+        except OSError as exc:
+            try:
+                discard_generation(folder)  # no marker: no snapshot of the task is served
+            except OSError:
+                reason = f"its memory generation at {str(folder)!r} cannot be advanced ({type(exc).__name__}: {exc})"
+                raise MemoryUnavailableError(reason, task=task) from exc
+            _LOG.warning("memory generation %s removed, it could not be advanced: %s", folder, exc)
 
     def _due(self, force: bool) -> bool:
         """Whether to look for other writers now: forced (a write is coming), another instance in this process
@@ -571,10 +741,13 @@ class LanceDBMemory:
 
     async def _read_task(self, task: str) -> TaskRows:
         """``task``'s rows, read through a connection of its own (the index builder's thread calls it)."""
+        generation = self._settled(task)  # before the rows: a write during the read leaves the snapshot stale
         connection = await self._connect()
         table = await connection.open_table(self._table_name)
         data = await table.query().where(f"task = {_sql_string(task)}").select([*_COLUMNS, "_rowaddr"]).to_arrow()
-        return _latest_rows(data)
+        rows = _latest_rows(data)
+        rows.generation = generation
+        return rows
 
     async def _connect(self) -> AsyncConnection:
         import lancedb
@@ -586,38 +759,52 @@ class LanceDBMemory:
             session=lance_session(*self._caches),
         )
 
-    async def _open_task(self, task: str, table: AsyncTable) -> TaskVectors | IndexedTask:
+    async def _open_task(self, task: str, table: AsyncTable, *, lookup: bool = False) -> TaskVectors | IndexedTask:
         """``task`` as the table holds it: answered from the vector index when it is large and the index exists
-        (a large task without one asks for it and is held here meanwhile), else held in the process."""
+        (a large task without one asks for it and is held here meanwhile), else held in the process. Opened for
+        a ``lookup``, a task held here is kept as its exact snapshot too (stamped with the generation read
+        first)."""
+        generation = self._settled(task) if lookup else None  # before any read of the table
         if self._index is not None:
             with self._store_errors(task, "count its entries"):
                 count = await table.count_rows(f"task = {_sql_string(task)}")
             if self._large(count):
                 folder = snapshot_folder(self._index_root(), task)
-                generation = current_generation(folder)
-                snapshot = None
-                if generation is not None and (task, generation) not in self._unreadable:
+                current = current_generation(folder)
+                snapshot = self._kept.pop(task, None)  # opened while serving: not read again
+                if snapshot is not None and snapshot.generation != current:
+                    snapshot = None
+                if snapshot is None and current is not None and (task, current) not in self._unreadable:
                     snapshot = await asyncio.to_thread(Snapshot.open, folder, task=task, dimensions=self._dimensions)
                     if snapshot is None:  # damaged, another format or width: held here until it is built again
-                        self._unreadable.add((task, generation))
+                        self._unreadable.add((task, current))
+                    else:
+                        self.stats.snapshot_opens += 1
                 if snapshot is not None:
-                    self.stats.snapshot_opens += 1
                     indexed = await self._indexed_in_step(task, table, IndexedTask(snapshot, self._index))
                     if indexed is not None:
                         return indexed
-        state = await self._load(task, table)
+        state = await self._load(task, table, keep=generation)
         self._index_if_large(task, state)
         return state
 
-    async def _load(self, task: str, table: AsyncTable) -> TaskVectors:
+    async def _load(self, task: str, table: AsyncTable, *, keep: str | None = None) -> TaskVectors:
+        """``task`` read whole from the table; ``keep``: the generation read before, to keep the rows as the
+        task's exact snapshot (in the background, unless the task is large: its index is its snapshot)."""
         dimensions = self._dimensions or 0
         with self._store_errors(task, "load its entries"):
             data = await table.query().where(f"task = {_sql_string(task)}").select([*_COLUMNS, "_rowaddr"]).to_arrow()
         self.stats.loads += 1
         if not data.num_rows:
-            return TaskVectors(dimensions)
-        entries, vectors, created, addresses = _latest_columns(data)
-        return TaskVectors.from_rows(entries, vectors, dimensions=dimensions, created=created, addresses=addresses)
+            state = TaskVectors(dimensions)
+            rows = TaskRows([], np.zeros((0, dimensions), np.float32), np.zeros(0, np.int64))
+        else:
+            entries, vectors, created, addresses = _latest_columns(data)
+            state = TaskVectors.from_rows(entries, vectors, dimensions=dimensions, created=created, addresses=addresses)
+            rows = TaskRows(entries, vectors, created)
+        if keep is not None and not self._large(len(state)):
+            self._keep_snapshot(task, keep, rows, dimensions)
+        return state
 
     # -- LanceDB -------------------------------------------------------------------------------------------
 
@@ -643,6 +830,8 @@ class LanceDBMemory:
             if self._connection is None:
                 # Read consistency 0: every read sees other processes' commits (the version check relies on it).
                 self._connection = await self._connect()
+                self.stats.connects += 1
+                self._stop_serving()
             if await _has_table(self._connection, self._table_name):
                 table = await self._connection.open_table(self._table_name)
             elif create_dimensions is None:
@@ -745,6 +934,10 @@ class LanceDBMemory:
                 f"{self._table_name!r} holds {self._dimensions}-dimensional ones",
                 task=task,
             )
+
+
+def _width(state: TaskVectors | IndexedTask) -> int:
+    return state.dimensions if isinstance(state, TaskVectors) else state.snapshot.dimensions
 
 
 async def _has_table(connection: AsyncConnection, name: str) -> bool:

@@ -69,6 +69,7 @@ async def test_lookups_of_a_large_task_rescore_the_index_candidates_exactly(tmp_
         hits += int(found[0].key[1:]) == shipped_nearest(rows, query, 1)[0][0]
     assert hits / len(queries) >= 0.95
     assert memory.stats.index_lookups == len(queries) and memory.stats.loads == 0  # nothing read whole
+    assert memory.stats.connects == 0  # the snapshot is stamped with the task's generation: LanceDB not needed
 
 
 async def test_rows_added_after_the_build_are_found_and_forgotten_ones_are_not(tmp_path: Path) -> None:
@@ -151,6 +152,7 @@ async def test_another_processes_writes_reach_an_indexed_task_within_the_bound(t
     recall = await memory.lookup(BIG, "a new text for an old key", threshold=0.999)
     assert recall is not None and (recall.source, recall.answer) == ("k5", "Replaced.")
     assert memory.stats.index_lookups == 5 and memory.stats.loads == 0 and memory.stats.snapshot_opens == 1
+    assert memory.stats.connects == 1  # the peer's write moved the marker: the table was asked (and the tail read)
 
 
 async def test_two_large_tasks_share_the_index_and_never_see_each_others_rows(tmp_path: Path) -> None:
