@@ -14,7 +14,9 @@ wrong, so the request is wrong); every prediction of the walk is logged as the p
 stand-in's judgment (wrong) at the first node not served and at the audited share of served ones; after each
 chunk of 50 every answer gets its key's verdict and ``fit_state`` refits. Leave-one-category-out as in the
 design arms: the category removed from the tree, fitted on the first 150 requests of the others, then up to 50
-of its requests sent; "served as another" = the root served them as some category.
+of its requests sent; "served as another" = the root served them as some category. Grouped order as there too:
+the stream sorted by category, each category's requests counted once 20 of its requests were confirmed, right
+against the same requests in the mixed order (the worst category's difference, in points).
 
 Figures: never-seen requests (no earlier request with the same text after lower-casing and collapsing white
 space) from position 150 on: right (served and right; memory or the learned judge), served and its precision,
@@ -54,6 +56,7 @@ WARMUP = 150
 MEMORY_CUT = 0.9
 LOCO_TRAIN = 150
 LOCO_SENT = 50
+GROUPED_AFTER = 20
 SWEEP: tuple[dict[str, Any], ...] = (
     {"unseen": 1.0},
     {"unseen": 0.05},
@@ -82,6 +85,9 @@ class Outcome:
     loco_sent: int = 0
     loco_served: int = 0
     loco_folds: dict[str, str] = field(default_factory=dict)
+    answered: dict[int, bool] = field(default_factory=dict)  # per stream index: served and right (every request)
+    grouped_worst: float | None = None  # points, the worst category grouped against mixed (None: not run)
+    grouped: dict[str, tuple[int, float, float]] = field(default_factory=dict)  # category: (requests, grouped, mixed)
 
 
 Note = tuple[str, dict[str, Any], bool]  # node, what the learned judge said, whether the stand-in judged there
@@ -163,6 +169,7 @@ def replay(
                 answer, how, node, notes = _walk(state, tree, vector, has_negation(text), str(position),
                                                  policy.audit_rate)  # fmt: skip
                 how = how if how == "served" else f"{how} at {node}"
+            outcome.answered[index] = how == "served" and answer == data.options[index]
             if position >= WARMUP and never:
                 outcome.measured += 1
                 if how == "served":
@@ -196,8 +203,37 @@ def _categories(data: Embedded) -> list[str | None]:
     return out
 
 
-def measure(data: Embedded, policy: LearnedPolicy, *, loco: bool) -> Outcome:
+def _grouped(data: Embedded, policy: LearnedPolicy, mixed: Outcome) -> None:
+    """Grouped order as the design arms measure it: the requests sorted by category (in order of first
+    appearance, stable inside one), each category's requests sent once ``GROUPED_AFTER`` of its requests were
+    confirmed (verdicts arrive at the end of each chunk), right against the same requests in the mixed order."""
+    categories = _categories(data)
+    first = list(dict.fromkeys(categories))
+    order = sorted(range(len(categories)), key=lambda i: first.index(categories[i]))
+    grouped = replay(data, policy, order)
+    confirmed: Counter[str | None] = Counter()
+    counted: dict[str | None, list[int]] = {}
+    for start in range(0, len(order), CHUNK):
+        chunk = order[start : start + CHUNK]
+        for index in chunk:
+            if confirmed[categories[index]] >= GROUPED_AFTER:
+                counted.setdefault(categories[index], []).append(index)
+        confirmed.update(categories[index] for index in chunk)
+    worst = 0.0
+    for category, indices in counted.items():
+        if len(indices) < 5:
+            continue
+        a = sum(grouped.answered[i] for i in indices) / len(indices)
+        b = sum(mixed.answered[i] for i in indices) / len(indices)
+        mixed.grouped[category or "none"] = (len(indices), a, b)
+        worst = min(worst, 100 * (a - b))
+    mixed.grouped_worst = worst
+
+
+def measure(data: Embedded, policy: LearnedPolicy, *, loco: bool, grouped: bool = False) -> Outcome:
     outcome = replay(data, policy, list(range(len(data.texts))))
+    if grouped:
+        _grouped(data, policy, outcome)
     if not loco:
         return outcome
     categories = _categories(data)
@@ -227,6 +263,7 @@ def section(results: dict[str, list[tuple[str, Outcome]]], command: str) -> Sect
             delta = 100 * (outcome.right / outcome.measured - baseline.right / baseline.measured)
             refused = ", ".join(f"{reason} {count}" for reason, count in outcome.refused.most_common(4))
             loco = _share(outcome.loco_served, outcome.loco_sent) if outcome.loco_sent else "not run"
+            grouped = "not run" if outcome.grouped_worst is None else f"{outcome.grouped_worst:+.1f} points"
             rows.append(
                 Row(
                     f"{stream}: {label}",
@@ -235,6 +272,7 @@ def section(results: dict[str, list[tuple[str, Outcome]]], command: str) -> Sect
                     + ("" if outcome is baseline else f" ({delta:+.1f} points)")
                     + f"; served {_share(outcome.served, outcome.measured)} at precision "
                     f"{_share(outcome.right, outcome.served)}; left-out category served as another {loco}; "
+                    f"grouped order, worst category against mixed: {grouped}; "
                     f"not served, first refusal: {refused or 'none'}",
                 )
             )
@@ -254,6 +292,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--streams", default="assistant,home", help="of: home, assistant, support")
     parser.add_argument("--variant", action="append", help="learned_reflex keys as JSON (repeatable)")
     parser.add_argument("--no-loco", action="store_true", help="leave leave-one-category-out out")
+    parser.add_argument("--no-grouped", action="store_true", help="leave grouped order out")
     options = parser.parse_args(argv)
     variants: list[dict[str, Any]] = [json.loads(text) for text in options.variant] if options.variant else list(SWEEP)
     if options.quick:
@@ -270,7 +309,8 @@ def main(argv: list[str] | None = None) -> None:
         results[spec.name] = []
         for keys in [{}, *variants]:
             label = "default" if not keys else ", ".join(f"{key} {value}" for key, value in keys.items())
-            outcome = measure(data, LearnedPolicy(precision=PRECISION, **keys), loco=not options.no_loco)
+            policy = LearnedPolicy(precision=PRECISION, **keys)
+            outcome = measure(data, policy, loco=not options.no_loco, grouped=not options.no_grouped)
             _log(f"{spec.name} / {label}: right {outcome.right}/{outcome.measured}, loco {outcome.loco_folds}")
             results[spec.name].append((label, outcome))
     command = COMMAND + (" " + " ".join(argv) if argv else "")
