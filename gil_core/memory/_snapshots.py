@@ -138,7 +138,8 @@ def open_exact(folder: Path, task: str, generation: str) -> TaskVectors | None:
         vectors = np.asarray(flat, dtype=np.float32).reshape(len(entries), dimensions)
         created = np.asarray(rows.column("created_at").to_numpy(), dtype=np.int64)
         if len(set(keys)) != len(keys):
-            raise ValueError("a key appears twice")
+            _LOG.warning("memory snapshot %s cannot be read (a key appears twice): not served", path)
+            return None
         return TaskVectors.from_rows(entries, vectors, dimensions=dimensions, created=created)
     except FileNotFoundError:
         return None
