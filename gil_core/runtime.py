@@ -13,13 +13,10 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from gil_core.errors import ConfigurationError, LearnedStateError, TelemetryError
 from gil_core.learned import DEFAULT_RANDOM_SHARE, Learner
 from gil_core.learned.queue import FeedbackQueue, issue_queue
-from gil_core.llm import ChatModel, EmbeddingModel, EmbeddingRecorder, OpenAICompatibleChatModel
-from gil_core.llm.openai_compat import OpenAICompatibleEmbeddingModel
+from gil_core.llm import ChatModel, EmbeddingModel, EmbeddingRecorder
 from gil_core.llm.ports import Completion, Embeddings, Message
 from gil_core.llm.trace_vectors import TraceVectorCache
 from gil_core.maintenance import ENERGY_META_KEY
@@ -63,6 +60,8 @@ def _provider(spec: ModelSpec) -> str:
     """The rate limiter's bucket: the server a remote model lives on, or ``local``."""
     if spec.kind != "remote" or spec.url is None:
         return spec.kind
+    import httpx  # a remote model's path only (httpx is imported by its adapter anyway)
+
     url = httpx.URL(spec.url)
     return f"{url.host}:{url.port}" if url.port else url.host
 
@@ -109,6 +108,7 @@ class _OnDemandChatModel:
     async def _started(self) -> ChatModel:
         async with self._starting:
             if self._model is None:
+                from gil_core.llm.openai_compat import OpenAICompatibleChatModel
                 from gil_core.local import LocalLLMServer
 
                 server = await asyncio.to_thread(LocalLLMServer.ensure)
@@ -143,6 +143,8 @@ class _OnDemandEmbeddingModel:
 async def _chat_model(spec: ModelSpec, stack: AsyncExitStack) -> ChatModel:
     if spec.kind == "local":
         return _OnDemandChatModel(stack)
+    from gil_core.llm.openai_compat import OpenAICompatibleChatModel  # httpx: only for a model served over HTTP
+
     assert spec.url is not None and spec.name is not None
     return await stack.enter_async_context(OpenAICompatibleChatModel(spec.url, spec.name, api_key=_api_key(spec)))
 
@@ -154,6 +156,8 @@ async def _embedding_model(spec: ModelSpec, stack: AsyncExitStack) -> EmbeddingM
         return HashEmbeddingModel()
     if spec.kind == "local":
         return _OnDemandEmbeddingModel()
+    from gil_core.llm.openai_compat import OpenAICompatibleEmbeddingModel  # as in _chat_model
+
     assert spec.url is not None and spec.name is not None
     return await stack.enter_async_context(OpenAICompatibleEmbeddingModel(spec.url, spec.name, api_key=_api_key(spec)))
 

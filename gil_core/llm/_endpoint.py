@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
-
-import httpx
 
 from gil_core._redaction import REDACTED, redact_secrets
 from gil_core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["SCHEMES", "Endpoint", "url_problem"]
 
@@ -20,7 +22,10 @@ _SHORTEST_SECRET = 4  # a query value such as "2" or "en" is no secret, and mask
 
 
 def url_problem(url: str) -> str | None:
-    """Why ``url`` cannot be a model server's base URL, without repeating it (it may hold a key); None if it can."""
+    """Why ``url`` cannot be a model server's base URL, without repeating it (it may hold a key); None if it can.
+    httpx is imported here, not with the module: a task file is checked by commands that never send a request."""
+    import httpx
+
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:
@@ -48,6 +53,8 @@ class Endpoint:
         problem = url_problem(url)
         if problem is not None:
             raise ConfigurationError(problem)
+        import httpx  # see url_problem
+
         parsed = httpx.URL(url)
         bare = parsed.copy_with(username=None, password=None, query=None, fragment=None)
         base = str(bare).rstrip("/")

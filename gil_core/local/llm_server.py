@@ -20,16 +20,19 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-import httpx
 from filelock import FileLock
 
 from gil_core.atomic import atomic_write_text
 from gil_core.errors import ConfigurationError, ModelUnavailableError
-from gil_core.llm.openai_compat import OpenAICompatibleChatModel
 from gil_core.local._llama_server import OWNER_ENV
 from gil_core.local._packages import package_file
+
+if TYPE_CHECKING:  # httpx and the adapter are imported where a server is reached: finding the model needs neither
+    import httpx
+
+    from gil_core.llm.openai_compat import OpenAICompatibleChatModel
 
 __all__ = ["LocalLLMServer", "LocalServerError", "default_cache_dir", "find_smollm2_gguf"]
 
@@ -212,6 +215,8 @@ class LocalLLMServer:
 
     def chat_model(self, *, timeout: float = 120.0) -> OpenAICompatibleChatModel:
         """A ``ChatModel`` talking to this server."""
+        from gil_core.llm.openai_compat import OpenAICompatibleChatModel
+
         return OpenAICompatibleChatModel(self.base_url, self._model, timeout=timeout)
 
     def __repr__(self) -> str:
@@ -345,6 +350,8 @@ class LocalLLMServer:
         self._startup_seconds = time.perf_counter() - started
 
     def _wait_until_ready(self, deadline: float) -> None:
+        import httpx
+
         process = self._process
         assert process is not None
         with httpx.Client(trust_env=False, timeout=2.0) as client:
@@ -368,6 +375,8 @@ class LocalLLMServer:
 
     def _answers(self, client: httpx.Client) -> bool:
         """Whether ``/v1/models`` answers and lists this server's model."""
+        import httpx
+
         try:
             response = client.get(f"{self.base_url}/models")
             data: Any = response.json() if response.status_code == 200 else None
@@ -389,6 +398,8 @@ class LocalLLMServer:
             self._terminate(recorded.pid, 10.0)
             return False
         self._port = recorded.port
+        import httpx
+
         with httpx.Client(trust_env=False, timeout=2.0) as client:
             if not self._answers(client):
                 self._port = None
