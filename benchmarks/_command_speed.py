@@ -11,7 +11,11 @@ interpreter's start measured in the same run.
   lookup, the trace). The command must not start the local model server: the folder where a server records
   itself (``$XDG_CACHE_HOME/gil``, private to the run) is checked to stay empty.
 
-Every command is run once untimed first (warm page cache, as a person's second command is), then ``runs`` times.
+Every command is run once untimed first (warm page cache and Python's bytecode cache, as a person's second
+command finds them), then ``runs`` times. The children run with Python's default of caching bytecode: this
+machine's environment sets ``PYTHONDONTWRITEBYTECODE=1``, which the benchmark removes for them, caching in a
+folder of its own (``PYTHONPYCACHEPREFIX``); ``gil resolve`` is also timed with no bytecode cache at all (an
+empty prefix folder that is never written: every module compiled from source on every run), as a row of its own.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class CommandTimes:
     help: list[float]
     lint: list[float]
     resolve: list[float]
+    resolve_uncompiled: list[float]  # the same with PYTHONDONTWRITEBYTECODE=1
     imports_s: float  # the resolve process's imports, summed from -X importtime (top-level rows)
     heavy_s: dict[str, float]  # the heavy libraries among them (cumulative at their first import)
     embedding_ms: float  # the embedding call the resolve trace records (median over the timed runs)
@@ -141,6 +146,8 @@ def measure_commands(runs: int, root: Path) -> CommandTimes:
     cache = root / "xdg-cache"
     cache.mkdir()
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # Python's default: bytecode cached (the module doc) ...
+    env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")  # ... in a folder of the run's, written by the warm-up
     path = _task_file(root)
     asyncio.run(_seed(path))
     seeded = len(_embedding_ms(root / "store"))
@@ -149,7 +156,9 @@ def measure_commands(runs: int, root: Path) -> CommandTimes:
     lint, _ = _timed(_gil("lint-tree", str(ROOT / "ontologies" / "support.yaml")), env, runs)
     resolve_command = _gil("resolve", "-t", str(path), "--json", REQUEST)
     resolve, output = _timed(resolve_command, env, runs)
-    embedding = _embedding_ms(root / "store")[seeded + 1 :]  # the timed runs' (the warm-up's left out)
+    never = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(root / "no-pycache")}  # stays empty
+    uncompiled, _ = _timed(resolve_command, {**env, **never}, runs)
+    embedding = _embedding_ms(root / "store")[seeded + 1 : seeded + 1 + runs]  # the timed cached runs' (no warm-up)
     imports, heavy = _import_seconds(resolve_command, env)
     server_files = sum(1 for _ in (cache / "gil").rglob("*"))  # where the server records itself
     shutil.rmtree(cache, ignore_errors=True)
@@ -159,6 +168,7 @@ def measure_commands(runs: int, root: Path) -> CommandTimes:
         help=help_walls,
         lint=lint,
         resolve=resolve,
+        resolve_uncompiled=uncompiled,
         imports_s=imports,
         heavy_s=heavy,
         embedding_ms=statistics.median(embedding) if embedding else float("nan"),
@@ -186,6 +196,9 @@ def commands_section(times: CommandTimes, command: str) -> Section:
             f"{_walls(times.resolve)}; answered by {times.mode}; local model server started: "
             f"{'no' if times.server_files == 0 else f'yes ({times.server_files} files)'}",
             resolve <= RESOLVE_TARGET_S and times.mode == "memory" and times.server_files == 0),
+        Row("`gil resolve` as above with no bytecode cache (`PYTHONDONTWRITEBYTECODE=1`, every module compiled)", "—",
+            f"{_walls(times.resolve_uncompiled)}; {statistics.median(times.resolve_uncompiled) / resolve:.1f}× the "
+            "cached run"),
         Row("… of which the interpreter's start", "—", f"{base:.2f} s ({base / resolve:.0%})"),
         Row("… of which imports (`-X importtime`, one extra run)", "—",
             f"{times.imports_s:.2f} s ({times.imports_s / resolve:.0%}); heavy libraries, each at its first import "
@@ -203,6 +216,8 @@ def commands_section(times: CommandTimes, command: str) -> Section:
         "(`ontologies/support-task.yaml`, store and memory moved to a temporary folder), its memory seeded in the "
         "benchmark's process beforehand with one corrected request; the timed command resolves the same text. "
         "The breakdown is read from the run: imports from one extra run under `-X importtime` (top-level modules "
-        "summed), the embedding call from the latency the trace records, the rest is what remains of the p50."
+        "summed), the embedding call from the latency the trace records, the rest is what remains of the p50. "
+        "Python caches bytecode in the children (its default; this machine's environment turns it off, and the "
+        "row with `PYTHONDONTWRITEBYTECODE=1` shows what that costs)."
     )
     return Section(TITLE, command, lead, rows)
