@@ -22,6 +22,7 @@ def support() -> learned_gating.Embedded:
     return asyncio.run(embed_stream(spec, MiniLMEmbeddingModel()))
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_the_replay_learns_from_its_verdicts_and_accounts_for_every_request(support: learned_gating.Embedded) -> None:
     outcome = learned_gating.measure(support, LearnedPolicy(precision=0.97), loco=False, grouped=True)
@@ -36,6 +37,7 @@ def test_the_replay_learns_from_its_verdicts_and_accounts_for_every_request(supp
     assert outcome.grouped_worst == min(0.0, *differences)
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_leave_one_category_out_sends_each_category_to_a_tree_without_it(support: learned_gating.Embedded) -> None:
     outcome = learned_gating.measure(support, LearnedPolicy(precision=0.97, unseen=1.0), loco=True)
@@ -45,6 +47,7 @@ def test_leave_one_category_out_sends_each_category_to_a_tree_without_it(support
     assert 0 <= outcome.loco_served <= outcome.loco_sent
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_the_section_is_written_only_into_the_file_named(tmp_path: Path) -> None:
     target = tmp_path / "BENCHMARKS.md"
