@@ -187,17 +187,17 @@ def _requests(spec: StreamSpec, arm: Arm, categories: dict[str, str | None], sam
     return requests
 
 
+def top_category(tree: Tree, option: str | None) -> str | None:
+    """The root's child an answer lies under (the root for an answer of its own; None: none of these)."""
+    if option is None:
+        return None
+    path = tree.path_to(tree.owner(option).id)
+    return path[1].id if len(path) > 1 else tree.root.id
+
+
 def categories_of(stream: Stream, tree: Tree) -> dict[str, str | None]:
-    """Each request's top category: the root's child its answer lies under (None: none of these)."""
-    out: dict[str, str | None] = {}
-    for request in stream.requests:
-        option = request.option_id
-        if option is None:
-            out[request.id] = None
-            continue
-        path = tree.path_to(tree.owner(option).id)
-        out[request.id] = path[1].id if len(path) > 1 else tree.root.id
-    return out
+    """Each request's top category (``top_category``)."""
+    return {request.id: top_category(tree, request.option_id) for request in stream.requests}
 
 
 async def run_arm(

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -39,8 +38,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from benchmarks._learned_runs import normalized
 from benchmarks._report import Row, Section, add_output_options, destination, publish
 from benchmarks.feedback_queue import STREAMS, Embedded, embed_stream
+from benchmarks.learned import top_category
 from gil_core.learned import Confirmed, LearnedLog, LearnedState, Logged, VerdictDigest, fit_state
 from gil_core.learned.judge import audited
 from gil_core.learned.log import confirmed_path
@@ -68,10 +69,6 @@ SWEEP: tuple[dict[str, Any], ...] = (
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def _normalized(text: str) -> str:
-    return re.sub(r"\s+", " ", text.lower()).strip()
 
 
 @dataclass
@@ -158,8 +155,8 @@ def replay(
         chunk: list[tuple[int, int, list[Note]]] = []
         for position, index in enumerate(indices[start : start + CHUNK], start):
             text, vector = data.texts[index], data.vectors[index]
-            never = _normalized(text) not in seen
-            seen.add(_normalized(text))
+            never = normalized(text) not in seen
+            seen.add(normalized(text))
             notes: list[Note] = []
             answer: str | None
             if rows and float((data.vectors[rows] @ vector).max()) >= MEMORY_CUT:
@@ -195,12 +192,7 @@ def replay(
 
 
 def _categories(data: Embedded) -> list[str | None]:
-    tree = data.task.tree
-    out: list[str | None] = []
-    for option in data.options:
-        path = tree.path_to(tree.owner(option).id) if option is not None else []
-        out.append(None if option is None else (path[1].id if len(path) > 1 else tree.root.id))
-    return out
+    return [top_category(data.task.tree, option) for option in data.options]
 
 
 def _grouped(data: Embedded, policy: LearnedPolicy, mixed: Outcome) -> None:

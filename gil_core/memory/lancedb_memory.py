@@ -689,7 +689,8 @@ class LanceDBMemory:
         return generation is not None and (task, generation) not in self._unreadable
 
     def _index_root(self) -> Path:
-        return Path(self._path) / f"{self._table_name}.gil-index"
+        assert self._root is not None, "snapshots and indexes are kept for a local store"
+        return self._root
 
     async def _indexed_in_step(
         self, task: str, table: AsyncTable, state: IndexedTask
