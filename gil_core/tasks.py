@@ -62,6 +62,10 @@ class LearnedPolicy:
     * ``exemplars``: confirmed requests kept per class for the novelty check (the most recent ones).
     * ``memory_cut``: read memory's similarity cut from the same log for ``precision`` (``learned.memory_cut``);
       false keeps the task's ``memory_threshold`` as it is.
+    * ``guess``: below the root, where the learned judge may not serve and the LLM (or the description reflex)
+      does not settle the node either, the learned judge's choice settles it when the log shows the LLM there
+      significantly worse than the learned judge (the sign test of "better") and the request is not novel:
+      a worse judge's exit should not send the request to generation. False: such a node exits as before.
     """
 
     precision: float
@@ -74,6 +78,7 @@ class LearnedPolicy:
     regularization: float = 10.0
     exemplars: int = 64
     memory_cut: bool = True
+    guess: bool = True
 
     def __post_init__(self) -> None:
         for name in ("precision", "audit_rate", "novelty", "unseen"):
@@ -92,8 +97,9 @@ class LearnedPolicy:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"learned_reflex.{name} must be an integer ≥ 1, got {value!r}")
-        if not isinstance(self.memory_cut, bool):
-            raise ConfigurationError(f"learned_reflex.memory_cut must be true or false, got {self.memory_cut!r}")
+        for name in ("memory_cut", "guess"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigurationError(f"learned_reflex.{name} must be true or false, got {getattr(self, name)!r}")
         if self.pooling not in ("layer", "node"):
             raise ConfigurationError(f"learned_reflex.pooling must be 'layer' or 'node', not {self.pooling!r}")
         if not (math.isfinite(self.regularization) and self.regularization > 0):

@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gil_core.errors import ConfigurationError
+from gil_core.judge.distribution import LabelDistribution
 from gil_core.judge.prompt import Candidate
 from gil_core.judge.single_token import Judge
 from gil_core.ontology.model import Node, Option, Tree
 
-__all__ = ["ExitReason", "GreedyTraverser", "Step", "StepOutcome", "Thresholds", "Traversal"]
+__all__ = ["ExitReason", "GreedyTraverser", "Step", "StepOutcome", "Thresholds", "Traversal", "exit_reason"]
 
 StepOutcome = Literal["accept", "exit", "skip", "defer"]
 ExitReason = Literal["untrusted", "none_selected", "low_confidence", "shadow", "skip"]
@@ -53,9 +54,9 @@ class Step:
     probs: Mapping[str, float] = field(default_factory=dict)
     energy: float = 0.0
     none_prob: float | None = None
-    decided_by: str | None = None  # "learned" | "reflex" | "llm" | "deliberate"; None: the LLM judge alone
+    decided_by: str | None = None  # "learned" | "guess" | "reflex" | "llm" | "deliberate"; None: the LLM judge alone
     learned: Mapping[str, Any] | None = None  # the learned judge's prediction here, served or not
-    audit: Mapping[str, Any] | None = None  # the LLM's judgment of a served learned step (recorded, not served)
+    audit: Mapping[str, Any] | None = None  # the LLM's judgment of a learned step (served or guessed), not served
 
     def to_json(self) -> dict[str, Any]:
         """The path step as the traces table stores it (``decided_by``, ``learned`` and ``audit`` only when set:
@@ -131,13 +132,7 @@ class GreedyTraverser:
                 return Traversal(tuple(steps), exit_reason="skip")
             judgment = await self._judge.judge(request, node.id, candidates, scheme=node.label_scheme, layer=layer)
             dist = judgment.distribution
-            reason: ExitReason | None = None
-            if not dist.trusted:
-                reason = "untrusted"
-            elif dist.none_selected:
-                reason = "none_selected"
-            elif dist.confidence < self._thresholds.for_node(node, layer):
-                reason = "low_confidence"
+            reason = exit_reason(dist, self._thresholds.for_node(node, layer))
             judged: dict[str, Any] = {
                 "node": node.id,
                 "layer": layer,
@@ -160,6 +155,18 @@ class GreedyTraverser:
             if node.is_leaf:
                 return Traversal(tuple(steps), habit=tree.option(chosen.id))
             node, layer = tree.node(chosen.id), layer + 1
+
+
+def exit_reason(distribution: LabelDistribution, threshold: float) -> ExitReason | None:
+    """Why a judgment does not settle its node (None: it does): not trusted, "none of these" chosen, or a
+    winner below the node's ``threshold``."""
+    if not distribution.trusted:
+        return "untrusted"
+    if distribution.none_selected:
+        return "none_selected"
+    if distribution.confidence < threshold:
+        return "low_confidence"
+    return None
 
 
 _KEPT_NODES = 1024

@@ -151,6 +151,7 @@ class Wiring:
             threshold=lambda node_id, layer: thresholds.for_node(tree.node(node_id), layer),
             answers=self.answers(task),
             texts_of=learner.text_vectors,
+            guess=policy.guess,
         )
 
     def answers(self, task: TaskDefinition) -> AnswerIndex:

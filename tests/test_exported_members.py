@@ -199,7 +199,15 @@ PUBLIC = {
         "order_candidates",
         "read_distribution",
     ],
-    "gil_core.traverse": ["ExitReason", "GreedyTraverser", "Step", "StepOutcome", "Thresholds", "Traversal"],
+    "gil_core.traverse": [
+        "ExitReason",
+        "GreedyTraverser",
+        "Step",
+        "StepOutcome",
+        "Thresholds",
+        "Traversal",
+        "exit_reason",
+    ],
     "gil_core.resolver": ["ClientSetup", "Judging", "Metering", "Resolver"],
     "gil_core.settings": ["IN_PROCESS_LOG", "ClientParts", "GilSettings", "build_chat_model", "load_settings"],
     "gil_core.tasks": [

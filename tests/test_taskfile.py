@@ -140,6 +140,17 @@ def test_a_nested_key_of_the_wrong_type_names_the_line_of_its_section_and_its_pa
     assert (raised.value.line, raised.value.key) == (line, "learned_reflex")
 
 
+def test_the_learned_guess_is_on_unless_the_task_file_turns_it_off(tmp_path: Path) -> None:
+    for name in ("on", "off", "bad"):
+        (tmp_path / name).mkdir()
+    on = load_task_file(write_task_file(tmp_path / "on", UNUSED, learned_reflex={"precision": 0.9}))
+    off = load_task_file(write_task_file(tmp_path / "off", UNUSED, learned_reflex={"precision": 0.9, "guess": False}))
+    assert on.task.policy.learned is not None and on.task.policy.learned.guess is True
+    assert off.task.policy.learned is not None and off.task.policy.learned.guess is False
+    with pytest.raises(TaskFileError, match=r"learned_reflex\.guess must be true or false, got 'yes'"):
+        load_task_file(write_task_file(tmp_path / "bad", UNUSED, learned_reflex={"precision": 0.9, "guess": "yes"}))
+
+
 @pytest.mark.parametrize(
     ("changes", "key", "message"),
     [

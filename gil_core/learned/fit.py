@@ -60,7 +60,7 @@ from gil_core.judge.prompt import Candidate
 from gil_core.judge.reflex import candidate_text
 from gil_core.learned.log import LearnedLog, Logged, confirmed_path
 from gil_core.learned.memory_cut import fit_memory_cut
-from gil_core.learned.state import SERVING_RULES, LearnedState, NodeModel, Rule
+from gil_core.learned.state import SERVING_RULES, SIGNIFICANCE, LearnedState, NodeModel, Rule
 from gil_core.ontology.model import Node, Option, Tree
 from gil_core.tasks import LearnedPolicy
 from gil_core.wilson import wilson_lower_bound
@@ -69,9 +69,6 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 __all__ = ["SIGNIFICANCE", "NodeRows", "fit_state", "node_rows", "node_target", "prior_texts"]
-
-SIGNIFICANCE = 0.05
-"""The one-sided level of the sign test behind the rule "better than the LLM"."""
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,12 @@ Its prediction is recorded at every node it could judge, served or not (``Step.l
 novelty similarity and what became of it), so the log holds predictions made before their verdicts: the
 evidence the next fit reads. A share (``audit_rate``) of served judgments is also put to the LLM, recorded in
 ``Step.audit`` and not served, so the comparison with the LLM stays current.
+
+With ``guess`` on, a node below the root that neither the learned judge (not served) nor the next judge
+settles is settled by the learned judge's choice where ``NodeModel.may_guess`` allows it (the log shows the LLM
+there significantly worse; the request is not novel): ``decided_by`` "guess", the next judge's judgment kept in
+``Step.audit``. Never at the root: a request of a category the tree does not hold sits below the root's cut, and
+guessing there would answer it as another category.
 """
 
 from __future__ import annotations
@@ -23,14 +29,14 @@ from gil_core.habits.attribution import AnswerIndex
 from gil_core.judge.distribution import LabelDistribution, read_distribution
 from gil_core.judge.prompt import Candidate, label_candidates
 from gil_core.judge.single_token import Judge, Judgment
-from gil_core.learned.state import LearnedState, Prediction
+from gil_core.learned.state import LearnedState, NodeModel, Prediction
 from gil_core.llm.ports import TokenLogprob
 from gil_core.llm.recorder import call_scope, current_trace_id
 from gil_core.memory.guard import has_negation
 from gil_core.ontology.labels import LabelScheme
 from gil_core.ontology.model import Tree
 from gil_core.telemetry.records import CandidateShown
-from gil_core.traverse import Traversal
+from gil_core.traverse import Traversal, exit_reason
 
 __all__ = ["LearnedJudge", "LearnedJudgment", "audited", "served_answer"]
 
@@ -40,8 +46,8 @@ TextsOf = Callable[[Sequence[str]], Awaitable[NDArray[np.float32]]]
 
 @dataclass(frozen=True, slots=True)
 class LearnedJudgment(Judgment):
-    """A ``Judgment`` saying who decided (``learned``, ``reflex`` or ``llm``), what the learned judge predicted
-    (None where it has no model), and, for an audited served judgment, what the LLM said."""
+    """A ``Judgment`` saying who decided (``learned``, ``guess``, ``reflex`` or ``llm``), what the learned judge
+    predicted (None where it has no model), and, for an audited served judgment or a guess, what the LLM said."""
 
     decided_by: str = "llm"
     learned: Mapping[str, Any] | None = None
@@ -55,6 +61,7 @@ class LearnedJudge:
     request first). ``threshold(node_id, layer)`` is the task's confidence threshold there, which an audited
     LLM judgment must reach to count as what the LLM would have chosen. ``answers`` tells which shown shadows
     are tree answers after all (filled templates); another shadow at a node leaves that node to the LLM.
+    ``guess``: settle with the learned choice below the root where the next judge does not (module doc).
     """
 
     def __init__(
@@ -68,8 +75,10 @@ class LearnedJudge:
         threshold: Callable[[str, int], float],
         answers: AnswerIndex,
         texts_of: TextsOf,
+        guess: bool = False,
     ) -> None:
         self._state = state
+        self._guess = guess
         self._vector_of = vector_of
         self._fallback = fallback
         self._llm = llm
@@ -121,7 +130,15 @@ class LearnedJudge:
             "n": model.report.get("rows", 0),  # confirmed rows the model had: which generation of it judged
         }
         if decision != "served":
-            return await self._ask_fallback(request, node_id, candidates, scheme, layer, note, energy)
+            judgment = await self._ask_fallback(request, node_id, candidates, scheme, layer, note, energy)
+            guess = self._guess and decision in ("below_cut", "not_serving") and model.layer > 1  # module doc
+            if guess and vector is not None and await self._may_guess(request, vector, model, prediction, candidates):
+                threshold = self._threshold(node_id, layer or 1)
+                if exit_reason(judgment.distribution, threshold) and exit_reason(distribution, threshold) is None:
+                    # Neither settled the node, and the learned choice reaches its threshold: it settles it.
+                    guessed = _audit_note(judgment, threshold)
+                    return LearnedJudgment(node_id, shown, distribution, judgment.energy, "guess", note, guessed)
+            return judgment
         audit = None
         trace_id = current_trace_id()
         if trace_id is not None and audited(trace_id, node_id, self._audit_rate):
@@ -133,6 +150,19 @@ class LearnedJudge:
                 energy += asked.energy
                 audit = _audit_note(asked, self._threshold(node_id, layer or 1))
         return LearnedJudgment(node_id, shown, distribution, energy, "learned", note, audit)
+
+    async def _may_guess(
+        self,
+        request: str,
+        vector: NDArray[np.float32],
+        model: NodeModel,
+        prediction: Prediction,
+        candidates: Sequence[Candidate],
+    ) -> bool:
+        """``NodeModel.may_guess``, and no shown shadow the request is as like (a shadow is no learned class)."""
+        if not model.may_guess(prediction, negates=has_negation(request)):
+            return False
+        return not await self._like_a_shadow(vector, prediction, candidates)
 
     async def _like_a_shadow(
         self, vector: NDArray[np.float32], prediction: Prediction, candidates: Sequence[Candidate]

@@ -50,6 +50,9 @@ LLM judged the same requests significantly worse ("better"), no longer served be
 the rule that let it serve ("withdrawn"), or never served yet ("learning")."""
 SERVING_RULES: frozenset[str] = frozenset({"proven", "better"})
 
+SIGNIFICANCE = 0.05
+"""The one-sided level of the sign test behind the rule "better than the LLM" (and behind a guess)."""
+
 Decision = Literal["served", "not_serving", "below_cut", "novel", "negated", "shadow"]
 """What became of one learned prediction: served, or why not."""
 
@@ -131,6 +134,19 @@ class NodeModel:
         if prediction.confidence < self.cut:
             return "below_cut"
         return "served"
+
+    def may_guess(self, prediction: Prediction, *, negates: bool = False) -> bool:
+        """Whether this prediction may settle the node where neither it (not served) nor the LLM did: the log shows
+        the LLM at this node significantly worse than the learned judge (the sign test of the rule "better",
+        ``report["p_value"]``), the prediction names a child (a guess never answers "none of these"), and the
+        request passes the novelty and negation checks that serving applies."""
+        p_value = self.report.get("p_value")
+        if p_value is None or float(p_value) >= SIGNIFICANCE or prediction.choice is None:
+            return False
+        if negates and self.negated[prediction.index] == 0:
+            return False
+        cut = float(self.novelty_cuts[prediction.index])
+        return prediction.near is not None and not math.isnan(cut) and prediction.near >= cut
 
     @property
     def serving(self) -> bool:
