@@ -63,6 +63,11 @@ class Record:
         return self.judging_energy + self.producing_energy
 
     @property
+    def guessed(self) -> bool:
+        """A walk the LLM did not settle somewhere, settled there by the learned judge's guess."""
+        return any(decided_by == "guess" for _, decided_by in self.steps)
+
+    @property
     def settled_without_llm(self) -> bool:
         """Memory, or a walk every step of which the learned judge served, with an answer (no generation)."""
         return self.decider in ("memory", "learned")

@@ -685,9 +685,13 @@ def sections(
                 sk, sn = figures.settled
                 pk, pn = figures.settled_precision
                 ak, an = figures.accuracy
+                guessed = [r for r in figures.later if r.guessed]
+                gk = sum(r.right for r in guessed)
+                right_of_guesses = f", right {share(gk, len(guessed))}" if guessed else ""
                 design.rows.append(Row(f"{spec.name}: {figures.title}", "",
                                        f"right {share(ak, an)}; settled without the LLM {share(sk, sn)} at "
-                                       f"precision {share(pk, pn)}"))  # fmt: skip
+                                       f"precision {share(pk, pn)}; settled by a guess where the LLM did not "
+                                       f"{share(len(guessed), an)}{right_of_guesses}"))  # fmt: skip
         if mine.get("standin") and mine.get("standin-grouped"):
             row, note = grouped_rows(spec, mine["standin"], mine["standin-grouped"])
             design.rows.append(row)

@@ -9,8 +9,10 @@ LLM that never answers with a label, so only what Gil learned answers right; a r
 the same protocol runs on the learned judge alone: requests in stream order, each embedded once with the
 product's MiniLM; each answered before its verdict (prequential) by memory (the nearest confirmed request at
 cosine ≥ 0.9, the task files' static threshold: memory's learned cut is left out) or else by the learned
-judge's walk (``NodeModel.decide`` at every node; a step it does not serve goes to the stand-in, which is
-wrong, so the request is wrong); every prediction of the walk is logged as the product logs it, with the
+judge's walk (``NodeModel.decide`` at every node; a step it does not serve goes to the stand-in, which does
+not settle it, so the walk ends there and the request is wrong, unless the policy's ``guess`` lets the learned
+choice settle it, as ``LearnedJudge`` does: below the root, ``NodeModel.may_guess``, the choice reaching the
+node's threshold); every prediction of the walk is logged as the product logs it, with the
 stand-in's judgment (wrong) at the first node not served and at the audited share of served ones; after each
 chunk of 50 every answer gets its key's verdict and ``fit_state`` refits. Leave-one-category-out as in the
 design arms: the category removed from the tree, fitted on the first 150 requests of the others, then up to 50
@@ -19,8 +21,9 @@ the stream sorted by category, each category's requests counted once 20 of its r
 against the same requests in the mixed order (the worst category's difference, in points).
 
 Figures: never-seen requests (no earlier request with the same text after lower-casing and collapsing white
-space) from position 150 on: right (served and right; memory or the learned judge), served and its precision,
-and why the rest was not served (the first refusal of the walk, by node). This replica's default row is checked
+space) from position 150 on: right (memory, the learned judge served, or a guess), served with no LLM judgment
+(memory or every step served) and its precision, guessed walks and how many were right, and why the rest was
+not served (the first refusal of the walk, by node). This replica's default row is checked
 against the design arms it stands for in BENCHMARKS.md's notes; it is a tool for choosing, not a target.
 """
 
@@ -31,7 +34,7 @@ import asyncio
 import json
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,7 +49,7 @@ from gil_core.learned import Confirmed, LearnedLog, LearnedState, Logged, Verdic
 from gil_core.learned.judge import audited
 from gil_core.learned.log import confirmed_path
 from gil_core.memory.guard import has_negation
-from gil_core.ontology import Tree
+from gil_core.ontology import Node, Tree
 from gil_core.tasks import LearnedPolicy
 
 TITLE = "Learned reflex: gating what-ifs (offline replica of the design arms)"
@@ -59,6 +62,7 @@ LOCO_TRAIN = 150
 LOCO_SENT = 50
 GROUPED_AFTER = 20
 SWEEP: tuple[dict[str, Any], ...] = (
+    {"guess": False},
     {"unseen": 1.0},
     {"unseen": 0.05},
     {"unseen": 0.02},
@@ -77,7 +81,9 @@ class Outcome:
 
     measured: int = 0
     served: int = 0
-    right: int = 0
+    served_right: int = 0
+    guessed: int = 0  # walks the stand-in judged somewhere and a guess settled
+    guessed_right: int = 0
     refused: Counter[str] = field(default_factory=Counter)
     loco_sent: int = 0
     loco_served: int = 0
@@ -86,26 +92,47 @@ class Outcome:
     grouped_worst: float | None = None  # points, the worst category grouped against mixed (None: not run)
     grouped: dict[str, tuple[int, float, float]] = field(default_factory=dict)  # category: (requests, grouped, mixed)
 
+    @property
+    def right(self) -> int:
+        return self.served_right + self.guessed_right
+
 
 Note = tuple[str, dict[str, Any], bool]  # node, what the learned judge said, whether the stand-in judged there
 
 
 def _walk(
-    state: LearnedState, tree: Tree, vector: NDArray[np.float32], negates: bool, trace: str, audit_rate: float
+    state: LearnedState,
+    tree: Tree,
+    vector: NDArray[np.float32],
+    negates: bool,
+    trace: str,
+    policy: LearnedPolicy,
+    threshold: Callable[[Node, int], float],
 ) -> tuple[str | None, str, str, list[Note]]:
-    """The learned judge's own walk: (answer, "served" or the first refusal, the node of that refusal, notes)."""
+    """The learned judge's own walk: (answer, "served", "guessed" or the first refusal, the node of that refusal,
+    notes)."""
     node_id: str = tree.root.id
     notes: list[Note] = []
     refusal: tuple[str, str] | None = None
     answer: str | None = None
+    guessed = False
     while node_id in state.nodes:
         model = state.nodes[node_id]
         prediction = model.predict(vector)
         decision = model.decide(prediction, negates=negates)
-        judged = refusal is None and (decision != "served" or audited(trace, node_id, audit_rate))
+        judged = refusal is None and (decision != "served" or audited(trace, node_id, policy.audit_rate))
         note = {"choice": prediction.choice, "p": prediction.confidence, "near": prediction.near}
         notes.append((node_id, {**note, "n": model.report.get("rows", 0)}, judged))
-        if refusal is None and decision != "served":
+        guess = (
+            refusal is None
+            and policy.guess
+            and decision in ("below_cut", "not_serving")
+            and model.layer > 1
+            and model.may_guess(prediction, negates=negates)
+            and prediction.confidence >= threshold(tree.node(node_id), model.layer)
+        )
+        guessed = guessed or guess
+        if refusal is None and decision != "served" and not guess:
             refusal = (decision, node_id)
         answer = prediction.choice
         if answer is None:
@@ -117,7 +144,9 @@ def _walk(
         node_id = answer
     else:
         refusal = refusal or ("no model", node_id)
-    return (answer, "served", node_id, notes) if refusal is None else (None, refusal[0], refusal[1], notes)
+    if refusal is not None:
+        return None, refusal[0], refusal[1], notes
+    return answer, "guessed" if guessed else "served", node_id, notes
 
 
 def _scored(tree: Tree, notes: list[Note], order: int, option: str | None) -> list[Logged]:
@@ -163,15 +192,19 @@ def replay(
                 nearest = rows[int(np.argmax(data.vectors[rows] @ vector))]
                 answer, how = data.options[nearest], "served"
             else:
-                answer, how, node, notes = _walk(state, tree, vector, has_negation(text), str(position),
-                                                 policy.audit_rate)  # fmt: skip
-                how = how if how == "served" else f"{how} at {node}"
-            outcome.answered[index] = how == "served" and answer == data.options[index]
+                answer, how, node, notes = _walk(state, tree, vector, has_negation(text), str(position), policy,
+                                                 data.task.policy.thresholds.for_node)  # fmt: skip
+                how = how if how in ("served", "guessed") else f"{how} at {node}"
+            right = how in ("served", "guessed") and answer == data.options[index]
+            outcome.answered[index] = right
             if position >= WARMUP and never:
                 outcome.measured += 1
                 if how == "served":
                     outcome.served += 1
-                    outcome.right += answer == data.options[index]
+                    outcome.served_right += right
+                elif how == "guessed":
+                    outcome.guessed += 1
+                    outcome.guessed_right += right
                 else:
                     outcome.refused[how] += 1
             chunk.append((position, index, notes))
@@ -263,7 +296,10 @@ def section(results: dict[str, list[tuple[str, Outcome]]], command: str) -> Sect
                     f"right {_share(outcome.right, outcome.measured)}"
                     + ("" if outcome is baseline else f" ({delta:+.1f} points)")
                     + f"; served {_share(outcome.served, outcome.measured)} at precision "
-                    f"{_share(outcome.right, outcome.served)}; left-out category served as another {loco}; "
+                    f"{_share(outcome.served_right, outcome.served)}; "
+                    f"guessed {_share(outcome.guessed, outcome.measured)}, "
+                    f"right {_share(outcome.guessed_right, outcome.guessed)}; "
+                    f"left-out category served as another {loco}; "
                     f"grouped order, worst category against mixed: {grouped}; "
                     f"not served, first refusal: {refused or 'none'}",
                 )

@@ -28,9 +28,11 @@ def test_the_replay_learns_from_its_verdicts_and_accounts_for_every_request(supp
     outcome = learned_gating.measure(support, LearnedPolicy(precision=0.97), loco=False, grouped=True)
     assert outcome.measured > 0
     assert len(outcome.answered) == len(support.texts)  # every request answered once, right or not
-    assert outcome.served + sum(outcome.refused.values()) == outcome.measured  # each request served or refused
-    assert outcome.right <= outcome.served
-    assert outcome.right > 0  # its rules serve only on logged evidence: the replayed verdicts made some
+    # each request served, guessed (the stand-in did not settle a node, the learned choice did) or refused
+    assert outcome.served + outcome.guessed + sum(outcome.refused.values()) == outcome.measured
+    assert outcome.served_right <= outcome.served and outcome.guessed_right <= outcome.guessed
+    assert outcome.right == outcome.served_right + outcome.guessed_right
+    assert outcome.served_right > 0  # its rules serve only on logged evidence: the replayed verdicts made some
     # Grouped order: each category counted on the same requests in both orders, the worst difference reported.
     assert outcome.grouped and outcome.grouped_worst is not None
     differences = [100 * (grouped - mixed) for _, grouped, mixed in outcome.grouped.values()]
