@@ -126,9 +126,7 @@ def _walk(
         guess = (
             refusal is None
             and policy.guess
-            and decision in ("below_cut", "not_serving")
-            and model.layer > 1
-            and model.may_guess(prediction, negates=negates)
+            and model.may_guess(prediction, decision, negates=negates)
             and prediction.confidence >= threshold(tree.node(node_id), model.layer)
         )
         guessed = guessed or guess

@@ -29,7 +29,7 @@ from gil_core.habits.attribution import AnswerIndex
 from gil_core.judge.distribution import LabelDistribution, read_distribution
 from gil_core.judge.prompt import Candidate, label_candidates
 from gil_core.judge.single_token import Judge, Judgment
-from gil_core.learned.state import LearnedState, NodeModel, Prediction
+from gil_core.learned.state import LearnedState, Prediction
 from gil_core.llm.ports import TokenLogprob
 from gil_core.llm.recorder import call_scope, current_trace_id
 from gil_core.memory.guard import has_negation
@@ -108,8 +108,9 @@ class LearnedJudge:
             prediction = model.predict(vector) if vector is not None else None
             decision = None
             distribution = None
+            negates = has_negation(request)
             if prediction is not None and vector is not None:
-                decision = model.decide(prediction, negates=has_negation(request))
+                decision = model.decide(prediction, negates=negates)
                 if decision == "served" and await self._like_a_shadow(vector, prediction, candidates):
                     decision = "shadow"
                 distribution = _distribution(prediction, shown)
@@ -131,8 +132,9 @@ class LearnedJudge:
         }
         if decision != "served":
             judgment = await self._ask_fallback(request, node_id, candidates, scheme, layer, note, energy)
-            guess = self._guess and decision in ("below_cut", "not_serving") and model.layer > 1  # module doc
-            if guess and vector is not None and await self._may_guess(request, vector, model, prediction, candidates):
+            guess = self._guess and decision is not None and model.may_guess(prediction, decision, negates=negates)
+            # A shadow is no learned class: a request as like a shown shadow is left to the LLM's word.
+            if guess and vector is not None and not await self._like_a_shadow(vector, prediction, candidates):
                 threshold = self._threshold(node_id, layer or 1)
                 if exit_reason(judgment.distribution, threshold) and exit_reason(distribution, threshold) is None:
                     # Neither settled the node, and the learned choice reaches its threshold: it settles it.
@@ -150,19 +152,6 @@ class LearnedJudge:
                 energy += asked.energy
                 audit = _audit_note(asked, self._threshold(node_id, layer or 1))
         return LearnedJudgment(node_id, shown, distribution, energy, "learned", note, audit)
-
-    async def _may_guess(
-        self,
-        request: str,
-        vector: NDArray[np.float32],
-        model: NodeModel,
-        prediction: Prediction,
-        candidates: Sequence[Candidate],
-    ) -> bool:
-        """``NodeModel.may_guess``, and no shown shadow the request is as like (a shadow is no learned class)."""
-        if not model.may_guess(prediction, negates=has_negation(request)):
-            return False
-        return not await self._like_a_shadow(vector, prediction, candidates)
 
     async def _like_a_shadow(
         self, vector: NDArray[np.float32], prediction: Prediction, candidates: Sequence[Candidate]

@@ -126,27 +126,35 @@ class NodeModel:
         where no confirmed request of that class did (the embedder barely sees "don't")."""
         if self.rule not in SERVING_RULES or self.cut is None:
             return "not_serving"
+        unlike = self._unlike(prediction, negates)
+        if unlike is not None:
+            return unlike
+        if prediction.confidence < self.cut:
+            return "below_cut"
+        return "served"
+
+    def may_guess(self, prediction: Prediction, decision: Decision, *, negates: bool = False) -> bool:
+        """Whether this prediction, not served (``decision``), may settle the node where the next judge did not:
+        the node is below the root, only its rule or cut kept the prediction from being served (it passes the
+        negation and novelty checks serving applies), the prediction names a child (a guess never answers "none
+        of these"), and the log shows the LLM at this node significantly worse than the learned judge (the sign
+        test of the rule "better", ``report["p_value"]``)."""
+        if self.layer <= 1 or decision not in ("below_cut", "not_serving") or prediction.choice is None:
+            return False
+        p_value = self.report.get("p_value")
+        if p_value is None or float(p_value) >= SIGNIFICANCE:
+            return False
+        return self._unlike(prediction, negates) is None
+
+    def _unlike(self, prediction: Prediction, negates: bool) -> Decision | None:
+        """ "negated" where the request negates and no confirmed request of its class did (the embedder barely
+        sees "don't"), "novel" where it is less like that class's confirmed requests than its cut, else None."""
         if negates and self.negated[prediction.index] == 0:
             return "negated"
         cut = float(self.novelty_cuts[prediction.index])
         if prediction.near is None or math.isnan(cut) or prediction.near < cut:
             return "novel"
-        if prediction.confidence < self.cut:
-            return "below_cut"
-        return "served"
-
-    def may_guess(self, prediction: Prediction, *, negates: bool = False) -> bool:
-        """Whether this prediction may settle the node where neither it (not served) nor the LLM did: the log shows
-        the LLM at this node significantly worse than the learned judge (the sign test of the rule "better",
-        ``report["p_value"]``), the prediction names a child (a guess never answers "none of these"), and the
-        request passes the novelty and negation checks that serving applies."""
-        p_value = self.report.get("p_value")
-        if p_value is None or float(p_value) >= SIGNIFICANCE or prediction.choice is None:
-            return False
-        if negates and self.negated[prediction.index] == 0:
-            return False
-        cut = float(self.novelty_cuts[prediction.index])
-        return prediction.near is not None and not math.isnan(cut) and prediction.near >= cut
+        return None
 
     @property
     def serving(self) -> bool:
