@@ -53,6 +53,7 @@ class Record:
     judging_energy: float
     producing_energy: float
     steps: tuple[tuple[str, str | None], ...]  # (node, decided_by) per step
+    judgments: int = 0  # the LLM's judgment calls the trace made (audits included; chunks written before: 0)
 
     @property
     def right(self) -> bool:
@@ -69,8 +70,9 @@ class Record:
 
     @property
     def settled_without_llm(self) -> bool:
-        """Memory, or a walk every step of which the learned judge served, with an answer (no generation)."""
-        return self.decider in ("memory", "learned")
+        """Memory, or a walk every step of which the learned judge served, with an answer (no generation); a
+        guess is no served step, even one made without asking the LLM (which counts for the learned decider)."""
+        return self.decider in ("memory", "learned") and not self.guessed
 
 
 def read_records(directory: Path) -> list[Record]:
@@ -137,7 +139,13 @@ async def run_chunks(
             records += done
             right = sum(r.right for r in done)
             served = sum(r.settled_without_llm for r in done)
-            log(f"  {task.name} chunk {start // CHUNK + 1}: {right}/{len(done)} right, {served} without the LLM")
+            # A model that could not be reached answers nothing and costs nothing: say so where it happens.
+            broken = sum(1 for t in tickets if str((rows.get(ticket_trace_id(task.name, t.id)) or {}).get("failure")
+                                                   or "").startswith("model failed"))  # fmt: skip
+            failed = f", {broken} model failures" if broken else ""
+            log(
+                f"  {task.name} chunk {start // CHUNK + 1}: {right}/{len(done)} right, {served} without the LLM{failed}"
+            )
     return records
 
 
@@ -148,14 +156,18 @@ def _rows(store: Any, task: str, trace_ids: list[str]) -> dict[str, dict[str, An
         store.scan("calls")
         .filter(pl.col("trace_id").is_in(trace_ids))
         .group_by("trace_id", pl.col("role").is_in(list(JUDGING_ROLES)).alias("judging"))
-        .agg(pl.col("energy").sum())
+        .agg(pl.col("energy").sum(), judgments=(pl.col("role") == "judge").sum())
         .collect()
     )
     energy: dict[tuple[str, bool], float] = {(row[0], row[1]): row[2] for row in calls.iter_rows()}
+    judgments: dict[str, int] = {}
+    for row in calls.iter_rows():
+        judgments[row[0]] = judgments.get(row[0], 0) + int(row[3])
     out = {}
     for row in traces.iter_rows(named=True):
         row["judging_energy"] = energy.get((row["trace_id"], True), 0.0)
         row["producing_energy"] = energy.get((row["trace_id"], False), 0.0)
+        row["judgments"] = judgments.get(row["trace_id"], 0)
         out[row["trace_id"]] = row
     return out
 
@@ -182,6 +194,7 @@ def _record(
         judging_energy=float(row["judging_energy"]),
         producing_energy=float(row["producing_energy"]),
         steps=steps,
+        judgments=int(row["judgments"]),
     )
 
 

@@ -688,10 +688,14 @@ def sections(
                 guessed = [r for r in figures.later if r.guessed]
                 gk = sum(r.right for r in guessed)
                 right_of_guesses = f", right {share(gk, len(guessed))}" if guessed else ""
+                unasked = sum(any(d == "unasked" for _, d in r.steps) for r in figures.later)
+                asked = statistics.fmean(r.judgments for r in figures.later)
                 design.rows.append(Row(f"{spec.name}: {figures.title}", "",
                                        f"right {share(ak, an)}; settled without the LLM {share(sk, sn)} at "
                                        f"precision {share(pk, pn)}; settled by a guess where the LLM did not "
-                                       f"{share(len(guessed), an)}{right_of_guesses}"))  # fmt: skip
+                                       f"{share(len(guessed), an)}{right_of_guesses}; LLM judgments per request "
+                                       f"{asked:.2f}, the LLM not asked somewhere on "
+                                       f"{share(unasked, an)}"))  # fmt: skip
         if mine.get("standin") and mine.get("standin-grouped"):
             row, note = grouped_rows(spec, mine["standin"], mine["standin-grouped"])
             design.rows.append(row)

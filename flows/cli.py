@@ -304,8 +304,11 @@ def stored_learned_state(store: Any, loaded: TaskFile) -> Any:
 def _learned_table(nodes: list[dict[str, Any]]) -> Table:
     """Per node: how many rows it learned from, the rule it serves by, its cut and the log's figures there."""
     table = Table(title="learned reflex, per node")
-    for column in ("node", "rows", "classes", "rule", "evidence", "cut", "precision", "lower bound", "coverage"):
-        table.add_column(column, justify="left" if column in ("node", "rule", "evidence") else "right")
+    from gil_core.reporting import next_judge_words
+
+    columns = ("node", "rows", "classes", "rule", "evidence", "cut", "precision", "lower bound", "coverage")
+    for column in (*columns, "LLM asked"):
+        table.add_column(column, justify="left" if column in ("node", "rule", "evidence", "LLM asked") else "right")
     for row in nodes:
         figures = [row[name] for name in ("cut", "precision", "lower_bound", "coverage")]
         table.add_row(
@@ -315,6 +318,7 @@ def _learned_table(nodes: list[dict[str, Any]]) -> Table:
             row["rule"],
             row["evidence"],
             *("—" if value is None else f"{value:.3f}" for value in figures),
+            next_judge_words(row),
         )
     return table
 

@@ -4,6 +4,7 @@ saved per batch (``telemetry.savings``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gil_core.learned import LearnedState, describe_nodes
@@ -11,7 +12,7 @@ from gil_core.telemetry import Stats
 from gil_core.telemetry.savings import Savings
 from gil_core.telemetry.schemas import DECIDERS
 
-__all__ = ["decider_table", "learned_markdown", "savings_markdown", "stats_markdown", "stats_table"]
+__all__ = ["decider_table", "learned_markdown", "next_judge_words", "savings_markdown", "stats_markdown", "stats_table"]
 
 _BAR = 40
 
@@ -51,8 +52,9 @@ def learned_markdown(state: LearnedState) -> str:
         "",
         f"Fitted {state.fitted_at} on {state.fitted_on.get('verdicts', 0):,} verdicts.",
         "",
-        "| node | rows | classes | rule | evidence | cut | precision | lower bound | LLM p-value | coverage |",
-        "|:---|---:|---:|:---|:---|---:|---:|---:|---:|---:|",
+        "| node | rows | classes | rule | evidence | cut | precision | lower bound | LLM p-value | coverage "
+        "| LLM asked |",
+        "|:---|---:|---:|:---|:---|---:|---:|---:|---:|---:|:---|",
     ]
     for row in describe_nodes(state):
         cells = [
@@ -62,11 +64,22 @@ def learned_markdown(state: LearnedState) -> str:
             row["rule"],
             row["evidence"],
             *(_figure(row[name]) for name in ("cut", "precision", "lower_bound", "p_value", "coverage")),
+            next_judge_words(row),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     if state.memory is not None:
         lines += ["", f"Memory: {state.memory.describe()}."]
     return "\n".join(lines)
+
+
+def next_judge_words(row: Mapping[str, Any]) -> str:
+    """Whether the next judge (reflex or LLM) is still asked where the node does not serve, and what the log
+    says of it there (a ``describe_nodes`` row): "yes", or "audits only" with how many it settled right."""
+    figures = row.get("next_judge") or {}
+    asked = f"{figures.get('settled_right', 0)} of {figures.get('asked', 0)} settled right"
+    if row.get("asks_next_judge", True):
+        return f"yes ({asked})" if figures.get("asked") else "yes"
+    return f"audits only ({asked})"
 
 
 def _figure(value: Any) -> str:

@@ -342,13 +342,21 @@ def _decider(mode: str, steps: Sequence[Step]) -> str:
     if mode in _GENERATED:
         return "generation"
     judged = [step.decided_by for step in steps if step.outcome != "skip"]
-    if any(decided not in ("learned", "reflex") for decided in judged):
-        return "llm"  # "llm", "deliberate" (a tiered judge's LLM) or None (the LLM judge alone)
+    if any(_asked_llm(step) for step in steps if step.outcome != "skip"):
+        return "llm"  # "llm", "deliberate" (a tiered judge's LLM), None (the LLM judge alone), a guess after it
     if "reflex" in judged:
         return "reflex"
     if judged:
         return "learned" if mode != "abstain" else "abstain"
     return "abstain"
+
+
+def _asked_llm(step: Step) -> bool:
+    """Whether the LLM judged this step: not a learned or reflex step, not one whose next judge was not asked
+    ("unasked"), nor a guess made without asking it (a guess keeps the LLM's judgment as its audit)."""
+    if step.decided_by in ("learned", "reflex", "unasked"):
+        return False
+    return step.decided_by != "guess" or step.audit is not None
 
 
 def _categories(task: TaskDefinition, walk: Traversal | None) -> list[str]:

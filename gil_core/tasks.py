@@ -66,6 +66,10 @@ class LearnedPolicy:
       does not settle the node either, the learned judge's choice settles it when the log shows the LLM there
       significantly worse than the learned judge (the sign test of "better") and the request is not novel:
       a worse judge's exit should not send the request to generation. False: such a node exits as before.
+    * ``llm_floor``: where the learned judge does not serve, the next judge (the description reflex, or the LLM)
+      is not asked at a node whose log shows, at 95% (the Wilson upper bound), that it settled fewer than this
+      share of the requests it was asked there with the confirmed child; the ``audit_rate`` share of them is
+      still asked, so the evidence stays current. Such a node exits unless a guess settles it. 0: always asked.
     """
 
     precision: float
@@ -79,9 +83,10 @@ class LearnedPolicy:
     exemplars: int = 64
     memory_cut: bool = True
     guess: bool = True
+    llm_floor: float = 0.05
 
     def __post_init__(self) -> None:
-        for name in ("precision", "audit_rate", "novelty", "unseen"):
+        for name in ("precision", "audit_rate", "novelty", "unseen", "llm_floor"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ConfigurationError(f"learned_reflex.{name} must be a number, got {value!r}")
@@ -93,6 +98,8 @@ class LearnedPolicy:
             raise ConfigurationError(f"learned_reflex.novelty must lie in [0, 1), got {self.novelty!r}")
         if not 0.0 <= self.unseen <= 1.0:
             raise ConfigurationError(f"learned_reflex.unseen must lie in [0, 1], got {self.unseen!r}")
+        if not 0.0 <= self.llm_floor < 1.0:
+            raise ConfigurationError(f"learned_reflex.llm_floor must lie in [0, 1), got {self.llm_floor!r}")
         for name in ("min_support", "window", "exemplars"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

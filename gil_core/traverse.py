@@ -54,7 +54,8 @@ class Step:
     probs: Mapping[str, float] = field(default_factory=dict)
     energy: float = 0.0
     none_prob: float | None = None
-    decided_by: str | None = None  # "learned" | "guess" | "reflex" | "llm" | "deliberate"; None: the LLM judge alone
+    # "learned" | "guess" | "reflex" | "llm" | "deliberate" | "unasked" (nobody asked); None: the LLM judge alone
+    decided_by: str | None = None
     learned: Mapping[str, Any] | None = None  # the learned judge's prediction here, served or not
     audit: Mapping[str, Any] | None = None  # the LLM's judgment of a learned step (served or guessed), not served
 

@@ -35,6 +35,12 @@
     waiting for proof would mean asking a judge that is worse.
   The rule with the lower cut applies (proven on a tie). A node that served before and meets neither is
   *withdrawn* until a refit restores it; one that never served is *learning*.
+* **The next judge.** Where the learned judge does not serve, the description reflex or the LLM is asked; a
+  judge that never settles the node with the confirmed child costs energy for nothing. From the node's own
+  logged requests the next judge was asked (not the audits of served ones), latest ``window``: how many it
+  settled with the confirmed child ("none of these" confirmed at the root counts as not helped: an exit gives
+  the same); where the Wilson 95% upper bound of that share is below ``llm_floor``, the node is marked so
+  (``report["next_judge"]``) and the request path asks it only on the audit share.
 * **Whose verdicts are evidence.** The rules (and the coverage and left-out-category checks) read only the
   predictions whose verdicts the feedback queue did not choose by its score (its random share and unsolicited
   verdicts, ``Logged.chosen_by``): the queue asks about the requests the judge is least sure of, so precision
@@ -63,7 +69,7 @@ from gil_core.learned.memory_cut import fit_memory_cut
 from gil_core.learned.state import SERVING_RULES, SIGNIFICANCE, LearnedState, NodeModel, Rule
 from gil_core.ontology.model import Node, Option, Tree
 from gil_core.tasks import LearnedPolicy
-from gil_core.wilson import wilson_lower_bound
+from gil_core.wilson import wilson_interval, wilson_lower_bound
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -227,7 +233,8 @@ def fit_state(
             policy=policy,
             previous=previous.nodes.get(node_id) if previous is not None else None,
         )
-        nodes[node_id] = _with_unseen(judged, unseen if node_id == tree.root.id else None, evidence, policy)
+        judged = _with_unseen(judged, unseen if node_id == tree.root.id else None, evidence, policy)
+        nodes[node_id] = _with_next_judge(judged, evidence, policy)
         measured = judged.report.get("precision")
         reached[node_id] = float(measured) if judged.serving and measured is not None else target
     return LearnedState(
@@ -249,6 +256,20 @@ def fit_state(
             window=policy.window,
         ),
     )
+
+
+def _with_next_judge(model: NodeModel, logged: Sequence[Logged], policy: LearnedPolicy) -> NodeModel:
+    """Whether the next judge is still asked at this node where the learned judge does not serve (module doc,
+    "The next judge"): over its latest ``window`` logged requests it was asked (not an audit of a served one),
+    how many it settled with the confirmed child, and the Wilson 95% upper bound of that share."""
+    asked = [
+        item for item in logged if item.node_id == model.node_id and not item.served and item.llm_right is not None
+    ][-policy.window :]
+    settled = sum(bool(item.llm_right) and item.truth is not None for item in asked)
+    upper = wilson_interval(settled, len(asked))[1] if asked else 1.0
+    ask = not asked or policy.llm_floor <= 0.0 or upper >= policy.llm_floor
+    figures = {"asked": len(asked), "settled_right": settled, "upper_bound": upper, "ask": ask}
+    return replace(model, report={**model.report, "next_judge": figures})
 
 
 def _rows_digest(log: LearnedLog, rows: NodeRows, priors: int, policy: LearnedPolicy) -> str:

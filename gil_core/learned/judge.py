@@ -11,6 +11,11 @@ settles is settled by the learned judge's choice where ``NodeModel.may_guess`` a
 there significantly worse; the request is not novel): ``decided_by`` "guess", the next judge's judgment kept in
 ``Step.audit``. Never at the root: a request of a category the tree does not hold sits below the root's cut, and
 guessing there would answer it as another category.
+
+Where the node's state says the next judge does not help there (``NodeModel.asks_next_judge``: it settled almost
+none of the requests it was asked there with the confirmed child), it is not asked, except on the audit share:
+the step exits (``decided_by`` "unasked", the learned judgment kept, not trusted) unless a guess settles it, and
+a guess made so keeps no audit (no LLM judgment was made).
 """
 
 from __future__ import annotations
@@ -46,8 +51,9 @@ TextsOf = Callable[[Sequence[str]], Awaitable[NDArray[np.float32]]]
 
 @dataclass(frozen=True, slots=True)
 class LearnedJudgment(Judgment):
-    """A ``Judgment`` saying who decided (``learned``, ``guess``, ``reflex`` or ``llm``), what the learned judge
-    predicted (None where it has no model), and, for an audited served judgment or a guess, what the LLM said."""
+    """A ``Judgment`` saying who decided (``learned``, ``guess``, ``reflex``, ``llm``, or ``unasked``: nobody, the
+    next judge not asked where it does not help), what the learned judge predicted (None where it has no model),
+    and, for an audited served judgment or a guess the LLM was asked before, what the LLM said."""
 
     decided_by: str = "llm"
     learned: Mapping[str, Any] | None = None
@@ -130,19 +136,24 @@ class LearnedJudge:
             "why": decision,
             "n": model.report.get("rows", 0),  # confirmed rows the model had: which generation of it judged
         }
+        trace_id = current_trace_id()
         if decision != "served":
-            judgment = await self._ask_fallback(request, node_id, candidates, scheme, layer, note, energy)
+            ask_next = model.asks_next_judge or trace_id is None or audited(trace_id, node_id, self._audit_rate)
+            if ask_next:
+                judgment = await self._ask_fallback(request, node_id, candidates, scheme, layer, note, energy)
+            else:  # the log shows the next judge does not help here (fit.py, "The next judge"): not asked
+                unasked = replace(distribution, trusted=False, choice=None)
+                judgment = LearnedJudgment(node_id, shown, unasked, energy, "unasked", note)
             guess = self._guess and decision is not None and model.may_guess(prediction, decision, negates=negates)
             # A shadow is no learned class: a request as like a shown shadow is left to the LLM's word.
             if guess and vector is not None and not await self._like_a_shadow(vector, prediction, candidates):
                 threshold = self._threshold(node_id, layer or 1)
                 if exit_reason(judgment.distribution, threshold) and exit_reason(distribution, threshold) is None:
                     # Neither settled the node, and the learned choice reaches its threshold: it settles it.
-                    guessed = _audit_note(judgment, threshold)
+                    guessed = _audit_note(judgment, threshold) if ask_next else None
                     return LearnedJudgment(node_id, shown, distribution, judgment.energy, "guess", note, guessed)
             return judgment
         audit = None
-        trace_id = current_trace_id()
         if trace_id is not None and audited(trace_id, node_id, self._audit_rate):
             try:
                 asked = await self._llm.judge(request, node_id, candidates, scheme=scheme, layer=layer)

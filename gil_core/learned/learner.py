@@ -305,7 +305,8 @@ def _unit(vector: NDArray[np.float32]) -> NDArray[np.float32]:
 
 
 def describe_nodes(state: LearnedState) -> list[dict[str, Any]]:
-    """Per node, what ``gil fit-reflex`` and ``gil stats`` print: rows, classes, rule, cut, precision, coverage."""
+    """Per node, what ``gil fit-reflex`` and ``gil stats`` print: rows, classes, rule, cut, precision, coverage,
+    and whether the next judge is still asked there (fit.py, "The next judge")."""
     rows = []
     for model in state.nodes.values():
         report: Mapping[str, Any] = model.report
@@ -325,6 +326,8 @@ def describe_nodes(state: LearnedState) -> list[dict[str, Any]]:
                 "coverage": report.get("coverage"),
                 "logged": report.get("logged", 0),
                 "novelty_cuts": report.get("novelty_cuts"),
+                "asks_next_judge": model.asks_next_judge,
+                "next_judge": report.get("next_judge"),
             }
         )
     return rows

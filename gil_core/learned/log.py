@@ -51,7 +51,8 @@ class Confirmed:
 class Logged:
     """One logged learned prediction at a node, with what the verdict says was right there (``truth``: the child
     on the confirmed path, None for "none of these" at the root) and whether the LLM, where it judged the same
-    request at that node, was right (None when it did not judge)."""
+    request at that node, was right (None when it did not judge). ``served``: the learned judge served it there
+    (so an LLM judgment of it was an audit, not the next judge's word on a request the learned judge left)."""
 
     node_id: str
     order: int
@@ -62,6 +63,7 @@ class Logged:
     llm_right: bool | None
     rows: int = 0  # the confirmed rows of the model that made the prediction (0: unknown)
     chosen_by: ChosenBy = "unsolicited"  # how the verdict's trace was chosen (module doc)
+    served: bool = False
 
     @property
     def right(self) -> bool:
@@ -193,6 +195,7 @@ def _scored(tree: Tree, path_json: str | None, order: int, option: str | None) -
                 near=said.get("near"),
                 llm_right=_llm_right(judged, truth) if judged is not None else None,
                 rows=int(said.get("n") or 0),
+                served=judged is not None and said.get("why") == "served",
             )
 
 

@@ -157,6 +157,13 @@ class NodeModel:
         return None
 
     @property
+    def asks_next_judge(self) -> bool:
+        """Whether the next judge is asked where this node does not serve (fit.py, "The next judge"; a state
+        fitted before the rule asks it)."""
+        figures = self.report.get("next_judge")
+        return not isinstance(figures, Mapping) or bool(figures.get("ask", True))
+
+    @property
     def serving(self) -> bool:
         return self.rule in SERVING_RULES and self.cut is not None
 
