@@ -4,6 +4,8 @@ precision, energy against full generation, leave-one-category-out, grouped feedb
     uv run --extra local python -m benchmarks.learned                  # everything; writes BENCHMARKS.md
     uv run --extra local python -m benchmarks.learned --parts design   # only the arms without the local LLM
     uv run --extra local python -m benchmarks.learned --quick          # small sizes; prints only
+    uv run --extra local python -m benchmarks.learned --parts local --arms reflex,generation   # a second process
+        # beside one running the learned arm: these arms only (the local model server is shared), the others read
 
 Streams (each with feedback from its answer key after each chunk of 50, every figure prequential): the bundled
 support tickets (300), the first 600 bundled smart-home requests, and the voice-assistant requests (842) built
@@ -605,8 +607,16 @@ RUN_ORDER = ("learned", "standin", "loco", "standin-grouped", "reflex", "generat
 
 
 async def _run(
-    parts: set[str], streams: Sequence[StreamSpec], work: Path, sample: int, *, written_only: bool = False
+    parts: set[str],
+    streams: Sequence[StreamSpec],
+    work: Path,
+    sample: int,
+    *,
+    written_only: bool = False,
+    only: set[str] | None = None,
 ) -> dict[str, Any]:
+    """Every arm of ``parts`` on every stream, in RUN_ORDER; with ``only``, the other arms are read from the
+    chunks written so far (so two processes may share the arms of one run, each writing its own)."""
     arms = {arm.key: (arm, "local") for arm in ARMS} | {arm.key: (arm, "design") for arm in DESIGN_ARMS}
     results: dict[str, Any] = {spec.name: {} for spec in streams}
     for key in RUN_ORDER:
@@ -618,7 +628,8 @@ async def _run(
                 continue
             arm, part = arms[key]
             if part in parts:
-                results[spec.name][key] = await run_arm(spec, arm, work, sample, written_only=written_only)
+                read_only = written_only or (only is not None and key not in only)
+                results[spec.name][key] = await run_arm(spec, arm, work, sample, written_only=read_only)
     return results
 
 
@@ -719,6 +730,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sample", type=int, default=SAMPLE, help=baselines)
     written = "run nothing: report the chunks written so far (an arm cut short says how far it got)"
     parser.add_argument("--written", action="store_true", help=written)
+    arms = "run only these arms (comma-separated keys, e.g. reflex,generation); read the others' written chunks"
+    parser.add_argument("--arms", default="", help=arms)
     add_output_options(parser)
     options = parser.parse_args(argv)
     parts = set(options.parts.split(","))
@@ -728,7 +741,8 @@ def main(argv: list[str] | None = None) -> None:
     work = options.work / ("quick" if options.quick else "full")
     if options.fresh:
         shutil.rmtree(work, ignore_errors=True)
-    results = asyncio.run(_run(parts, chosen, work, options.sample, written_only=options.written))
+    only = set(options.arms.split(",")) if options.arms else None
+    results = asyncio.run(_run(parts, chosen, work, options.sample, written_only=options.written, only=only))
     (work / "results.json").write_text(
         json.dumps({name: {k: len(v) for k, v in mine.items()} for name, mine in results.items()}), encoding="utf-8"
     )
