@@ -308,7 +308,9 @@ def _learned_table(nodes: list[dict[str, Any]]) -> Table:
 
     columns = ("node", "rows", "classes", "rule", "evidence", "cut", "precision", "lower bound", "coverage")
     for column in (*columns, "LLM asked"):
-        table.add_column(column, justify="left" if column in ("node", "rule", "evidence", "LLM asked") else "right")
+        text = column in ("node", "rule", "evidence", "LLM asked")
+        # A narrow terminal (80 columns when piped) wraps the long cells and never cuts a node's name or rule.
+        table.add_column(column, justify="left" if text else "right", no_wrap=column in ("node", "rule"))
     for row in nodes:
         figures = [row[name] for name in ("cut", "precision", "lower_bound", "coverage")]
         table.add_row(

@@ -5,6 +5,7 @@ another before its next batch."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -87,7 +88,9 @@ async def test_learned_never_seen_paraphrase_wrong_then_right_after_feedback_on_
 
 def _gil(*args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-c", "from flows.cli import main; main()", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    # Piped output is 80 columns wide; pinned so a wide local terminal cannot hide a table cut to fit.
+    env = {**os.environ, "COLUMNS": "80"}
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, env=env)
 
 
 async def test_learned_refit_by_gil_feedback_in_another_process_is_used_by_the_next_batch(tmp_path: Path) -> None:
