@@ -647,9 +647,11 @@ def _titled(arm: Arm, spec: StreamSpec, sample: int, run: int | None = None) -> 
 def sections(
     results: dict[str, Any], streams: Sequence[StreamSpec], plots: Path, sample: int = SAMPLE
 ) -> list[Section]:
+    chosen = "" if len(streams) == len(STREAMS) else " --streams " + ",".join(spec.name for spec in streams)
+    sampled = "" if sample == SAMPLE else f" --sample {sample}"
     main = Section(
         "Learned reflex",
-        COMMAND,
+        f"{COMMAND} --parts local{chosen}{sampled}",
         "Prequential: each request answered before its verdict arrived; feedback from the answer key after each "
         f"chunk of {CHUNK}. Figures are over never-seen requests (no earlier request with the same text after "
         f"lower-casing and collapsing white space) from position {WARMUP} on. Energy is the recorded energy of "
