@@ -623,7 +623,8 @@ async def _run(
         for spec in streams:
             if key == "loco":
                 if "design" in parts:
-                    results[spec.name]["loco"] = await run_loco(spec, work, written_only=written_only)
+                    read_only = written_only or (only is not None and key not in only)
+                    results[spec.name]["loco"] = await run_loco(spec, work, written_only=read_only)
                     results[spec.name]["ceiling"] = await flat_ceiling(spec)
                 continue
             arm, part = arms[key]

@@ -77,6 +77,8 @@ def next_judge_words(row: Mapping[str, Any]) -> str:
     says of it there (a ``describe_nodes`` row): "yes", or "audits only" with how many it settled right."""
     figures = row.get("next_judge") or {}
     asked = f"{figures.get('settled_right', 0)} of {figures.get('asked', 0)} settled right"
+    if figures.get("evidence") in ("layer", "tree"):  # the node's own asks were too few: its layer's or tree's
+        asked += f"; {figures['evidence']} {figures.get('pooled_settled_right', 0)} of {figures.get('pooled_asked', 0)}"
     if row.get("asks_next_judge", True):
         return f"yes ({asked})" if figures.get("asked") else "yes"
     return f"audits only ({asked})"

@@ -70,6 +70,8 @@ class LearnedPolicy:
       is not asked at a node whose log shows, at 95% (the Wilson upper bound), that it settled fewer than this
       share of the requests it was asked there with the confirmed child; the ``audit_rate`` share of them is
       still asked, so the evidence stays current. Such a node exits unless a guess settles it. 0: always asked.
+      While the next judge settled none of a node's own requests right, its layer's asks and then the tree's
+      (``pooling: layer``) decide when they fall under the floor.
     """
 
     precision: float

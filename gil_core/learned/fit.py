@@ -40,7 +40,12 @@
   logged requests the next judge was asked (not the audits of served ones), latest ``window``: how many it
   settled with the confirmed child ("none of these" confirmed at the root counts as not helped: an exit gives
   the same); where the Wilson 95% upper bound of that share is below ``llm_floor``, the node is marked so
-  (``report["next_judge"]``) and the request path asks it only on the audit share.
+  (``report["next_judge"]``) and the request path asks it only on the audit share. A node's own count needs
+  dozens of asks to fall under a floor of a few percent (74 with none right, for 5%); while the next judge has
+  settled none of the node's own right, the asks of the nodes of its layer (leaves and inner nodes apart, as
+  for the rules; ``pooling: layer``), then those of the whole tree, decide instead when they fall under the
+  floor (it is one judge: what it settles elsewhere counts for it everywhere); a judge that helped a node is
+  judged there on that node's own record only.
 * **Whose verdicts are evidence.** The rules (and the coverage and left-out-category checks) read only the
   predictions whose verdicts the feedback queue did not choose by its score (its random share and unsolicited
   verdicts, ``Logged.chosen_by``): the queue asks about the requests the judge is least sure of, so precision
@@ -57,7 +62,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -234,7 +239,7 @@ def fit_state(
             previous=previous.nodes.get(node_id) if previous is not None else None,
         )
         judged = _with_unseen(judged, unseen if node_id == tree.root.id else None, evidence, policy)
-        nodes[node_id] = _with_next_judge(judged, evidence, policy)
+        nodes[node_id] = _with_next_judge(judged, evidence, layers, policy)
         measured = judged.report.get("precision")
         reached[node_id] = float(measured) if judged.serving and measured is not None else target
     return LearnedState(
@@ -258,18 +263,45 @@ def fit_state(
     )
 
 
-def _with_next_judge(model: NodeModel, logged: Sequence[Logged], policy: LearnedPolicy) -> NodeModel:
+def _with_next_judge(
+    model: NodeModel,
+    logged: Sequence[Logged],
+    groups: Mapping[str, tuple[int, bool]],
+    policy: LearnedPolicy,
+) -> NodeModel:
     """Whether the next judge is still asked at this node where the learned judge does not serve (module doc,
     "The next judge"): over its latest ``window`` logged requests it was asked (not an audit of a served one),
-    how many it settled with the confirmed child, and the Wilson 95% upper bound of that share."""
-    asked = [
-        item for item in logged if item.node_id == model.node_id and not item.served and item.llm_right is not None
-    ][-policy.window :]
-    settled = sum(bool(item.llm_right) and item.truth is not None for item in asked)
-    upper = wilson_interval(settled, len(asked))[1] if asked else 1.0
-    ask = not asked or policy.llm_floor <= 0.0 or upper >= policy.llm_floor
-    figures = {"asked": len(asked), "settled_right": settled, "upper_bound": upper, "ask": ask}
+    how many it settled with the confirmed child, and the Wilson 95% upper bound of that share; while it settled
+    none of the node's own, the same over the node's layer and then over the tree (each node's latest
+    ``window``), the first of them under the floor deciding."""
+    per_node: dict[str, list[Logged]] = defaultdict(list)
+    for item in logged:
+        if not item.served and item.llm_right is not None:
+            per_node[item.node_id].append(item)
+    latest = {node_id: items[-policy.window :] for node_id, items in per_node.items()}
+    own = latest.get(model.node_id, [])
+    pools: list[tuple[str, list[Logged]]] = [("node", own)]
+    if _settled(own) == 0 and policy.pooling == "layer":
+        group = groups[model.node_id]
+        pools.append(("layer", [item for n, items in latest.items() if groups.get(n) == group for item in items]))
+        pools.append(("tree", [item for items in latest.values() for item in items]))
+    figures: dict[str, Any] = {"evidence": "node", "ask": True}
+    for evidence, asked in pools:
+        settled = _settled(asked)
+        upper = wilson_interval(settled, len(asked))[1] if asked else 1.0
+        if evidence == "node":
+            figures |= {"asked": len(asked), "settled_right": settled, "upper_bound": upper}
+        if policy.llm_floor > 0.0 and upper < policy.llm_floor:
+            figures |= {"evidence": evidence, "ask": False}
+            if evidence != "node":
+                figures |= {"pooled_asked": len(asked), "pooled_settled_right": settled, "pooled_upper_bound": upper}
+            break
     return replace(model, report={**model.report, "next_judge": figures})
+
+
+def _settled(asked: Sequence[Logged]) -> int:
+    """How many of these requests the next judge settled with the confirmed child."""
+    return sum(bool(item.llm_right) and item.truth is not None for item in asked)
 
 
 def _rows_digest(log: LearnedLog, rows: NodeRows, priors: int, policy: LearnedPolicy) -> str:

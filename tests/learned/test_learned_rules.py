@@ -13,6 +13,7 @@ from gil_core.errors import LearnedStateError
 from gil_core.learned import LearnedState, Logged, MemoryCut, NodeModel, choose_rule, fit_state, read_state, write_state
 from gil_core.learned.log import Confirmed, LearnedLog, VerdictDigest
 from gil_core.ontology import parse_tree
+from gil_core.reporting import next_judge_words
 from gil_core.storage import LocalFolder
 from gil_core.taskfile import TaskFileError, parse_task_file
 from gil_core.tasks import LearnedPolicy
@@ -173,3 +174,45 @@ def test_learned_refit_fits_again_only_the_nodes_feedback_touched() -> None:
     assert second.nodes["tools"].weights is first.nodes["tools"].weights  # no new tools verdict: kept
     assert second.nodes["fruit"].weights is not first.nodes["fruit"].weights
     assert second.nodes["root"].weights is not first.nodes["root"].weights
+
+
+def _asked(node: str, right: int, wrong: int) -> list[Logged]:
+    """Requests the learned judge left at a node (not served) and the next judge was asked: ``right`` of them
+    settled with the confirmed child."""
+    truth = {"root": "fruit", "fruit": "apple", "tools": "hammer"}[node]
+    return [
+        Logged(node, i, truth, truth, 0.4, 0.9, i < right, served=False) for i in range(right + wrong)
+    ]  # fmt: skip
+
+
+def test_learned_next_judge_is_judged_on_its_layer_then_its_tree_while_it_settled_none_of_a_nodes_own() -> None:
+    """40 asks with none right at each of the two leaves: too few on its own for a floor of 5% (upper bound
+    8.8%), enough over their layer (80: 4.6%), so both stop asking. 30 at each node: the layer's 60 are too few
+    (6.0%), the tree's 90 are not (4.1%). One right at a leaf: that leaf is judged on its own record, and the
+    pools' bounds rise over the floor for the others. ``pooling: node`` reads only a node's own."""
+    log, priors = _tree_log(["apple", "hammer"] * 20)
+    tree = parse_tree(TREE, source="t.yaml")
+
+    def fit(items: list[Logged], pooling: str = "layer") -> dict[str, dict[str, object]]:
+        state = fit_state(
+            task="t", tree=tree, tree_sha256="a" * 64, threshold=lambda node, layer: 0.5,
+            policy=LearnedPolicy(precision=0.95, pooling=pooling), log=replace(log, logged=tuple(items)),  # type: ignore[arg-type]
+            priors=priors, embedder="hash", dimensions=64, previous=None,
+        )  # fmt: skip
+        return {node: state.nodes[node].report["next_judge"] for node in ("root", "fruit", "tools")}
+
+    by_layer = fit(_asked("fruit", 0, 40) + _asked("tools", 0, 40))
+    for node in ("fruit", "tools"):
+        figures = by_layer[node]
+        assert figures["upper_bound"] > 0.05 and figures["pooled_asked"] == 80 and figures["pooled_upper_bound"] < 0.05
+        assert figures["ask"] is False and figures["evidence"] == "layer"
+    assert by_layer["root"]["ask"] is False and by_layer["root"]["evidence"] == "tree"  # its own: none asked
+    words = next_judge_words({"asks_next_judge": False, "next_judge": by_layer["fruit"]})
+    assert words == "audits only (0 of 40 settled right; layer 0 of 80)"
+    by_tree = fit(_asked("root", 0, 30) + _asked("fruit", 0, 30) + _asked("tools", 0, 30))
+    assert all(f["ask"] is False and f["evidence"] == "tree" and f["pooled_asked"] == 90 for f in by_tree.values())
+    one_right = fit(_asked("fruit", 0, 40) + _asked("tools", 1, 39))  # 1 of 80 right: 6.7%
+    assert one_right["tools"]["ask"] is True and one_right["tools"]["settled_right"] == 1
+    assert one_right["fruit"]["ask"] is True and one_right["root"]["ask"] is True
+    own_only = fit(_asked("fruit", 0, 40) + _asked("tools", 0, 40), pooling="node")
+    assert all(figures["ask"] is True and figures["evidence"] == "node" for figures in own_only.values())

@@ -74,7 +74,9 @@ async def test_learned_judge_stops_asking_an_llm_that_never_helps_and_nothing_it
     marked = {node: model.report["next_judge"] for node, model in state.nodes.items() if not model.asks_next_judge}
     assert marked, "no node marked: the protocol no longer leaves enough requests to the model"
     for figures in marked.values():
-        assert figures["settled_right"] == 0 and figures["asked"] >= 35 and figures["upper_bound"] < FLOOR
+        assert figures["settled_right"] == 0  # a node the model helped is judged on its own record
+        decided = figures["upper_bound"] if figures["evidence"] == "node" else figures["pooled_upper_bound"]
+        assert decided < FLOOR
     always_state = always.learner.state("support")
     assert always_state is not None and all(model.asks_next_judge for model in always_state.nodes.values())
 
