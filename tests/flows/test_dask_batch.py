@@ -61,6 +61,7 @@ class CountingModel(SupportModel):
                 self.in_flight -= 1
 
 
+@pytest.mark.heavy
 @pytest.mark.dask
 @pytest.mark.slow
 @pytest.mark.usefixtures("prefect_harness")

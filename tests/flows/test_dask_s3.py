@@ -51,6 +51,7 @@ async def prefect_records() -> str:
     return "\n".join([log.message for log in logs] + [json.dumps(run.parameters, default=str) for run in runs])
 
 
+@pytest.mark.heavy
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_batch_on_two_workers_over_s3_leaves_one_trace_per_ticket_and_memory_answers_after_feedback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture

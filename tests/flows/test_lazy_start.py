@@ -35,6 +35,7 @@ def cache_home(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "XDG_CACHE_HOME": str(home)}
 
 
+@pytest.mark.heavy
 async def test_feedback_rebuild_and_a_review_round_start_no_model_server(
     tmp_path: Path, cache_home: dict[str, str]
 ) -> None:

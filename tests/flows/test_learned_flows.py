@@ -41,6 +41,7 @@ def _verdicts(path: Path, results: Path, answers: dict[str, str]) -> Path:
     return path
 
 
+@pytest.mark.heavy
 @pytest.mark.usefixtures("prefect_harness")
 async def test_learned_never_seen_paraphrase_wrong_then_right_after_feedback_on_others_through_the_flows(
     tmp_path: Path,

@@ -53,7 +53,7 @@ from tests.flows.test_review_pause import EXPRESS, GIFT, RETURNS, resolve_and_co
 from tests.learned._support import bad_model
 from tests.resolver._support import ROOT, Script, SupportModel, support_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # the browser and a served Prefect UI: minutes
 
 # A `prefect server start` takes 30-60 s on an idle 2-core machine and much longer when the machine is busy.
 STARTUP_SECONDS = 300

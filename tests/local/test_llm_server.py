@@ -47,6 +47,7 @@ def test_the_smollm2_file_ships_in_its_package() -> None:
     assert path.suffix == ".gguf" and path.stat().st_size > 50_000_000
 
 
+@pytest.mark.heavy
 async def test_a_depth_two_judgment_and_a_generation_arrive_with_logprobs_usage_and_timings_priced(
     server: LocalLLMServer,
 ) -> None:

@@ -187,6 +187,7 @@ def reference_store(tmp_path: Path, server: ScriptedOpenAIServer) -> TelemetrySt
     return TelemetryStore(tmp_path / "reference")
 
 
+@pytest.mark.heavy
 async def test_a_verdict_from_a_process_an_hour_behind_is_the_latest_word_and_replays_agree(
     tmp_path: Path, server: ScriptedOpenAIServer
 ) -> None:
@@ -204,6 +205,7 @@ async def test_a_verdict_from_a_process_an_hour_behind_is_the_latest_word_and_re
     await check_skewed_run(TelemetryStore(tmp_path / "store"), reference, tmp_path, server)
 
 
+@pytest.mark.heavy
 async def test_over_s3_a_verdict_from_a_process_an_hour_behind_is_the_latest_word_and_replays_agree(
     tmp_path: Path, server: ScriptedOpenAIServer, s3_endpoint: str
 ) -> None:

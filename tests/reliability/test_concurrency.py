@@ -47,6 +47,7 @@ class SlowerModel(SlowModel):
     delay = 0.1  # 100 tickets of two calls, four in flight: about 5 s of batch for the feedback to overlap
 
 
+@pytest.mark.heavy
 def test_a_batch_and_a_feedback_process_on_one_store_keep_every_row(tmp_path: Path) -> None:
     with ScriptedOpenAIServer(responder=SlowerModel({}, default=Script(answers=["None of these"]))) as server:
         task_file = write_task_file(tmp_path, server.base_url)

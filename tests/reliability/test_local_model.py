@@ -34,6 +34,7 @@ def test_the_local_model_server_listens_on_loopback_only(server: LocalLLMServer)
     assert addresses and all(is_loopback(address) for address in addresses), addresses
 
 
+@pytest.mark.heavy
 async def test_a_batch_outlives_the_local_server_stopping_midway(server: LocalLLMServer, tmp_path: Path) -> None:
     tickets = make_tickets(4, text="my parcel number {index} has not arrived")
     # Straight to one short generation per ticket: the test is about the server going away, not the tree.

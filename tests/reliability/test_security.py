@@ -307,6 +307,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_gil_ui_serves_prefect_on_loopback_only(tmp_path: Path) -> None:
     port = free_port()
