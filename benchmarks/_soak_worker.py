@@ -108,28 +108,34 @@ class _MallInfo2(ctypes.Structure):
     )]  # fmt: skip
 
 
-def _malloc_in_use() -> int | None:
-    """Bytes glibc's malloc has handed out and not taken back (all arenas, mmapped blocks included); None off
-    glibc. Python's objects, LanceDB's and Arrow's buffers live there; Polars allocates with its own allocator."""
+def _malloc_bytes() -> tuple[int, int] | tuple[None, None]:
+    """Bytes glibc's malloc has handed out and not taken back (all arenas, mmapped blocks included), and the free
+    bytes its arenas keep (freed, not given back to the system); None off glibc. LanceDB's buffers and Python's
+    objects past 512 bytes live there (smaller ones in Python's own arenas); Polars has its own allocator."""
     try:
         mallinfo2 = ctypes.CDLL(None).mallinfo2
     except (OSError, AttributeError):
-        return None
+        return None, None
     mallinfo2.restype = _MallInfo2
     info = mallinfo2()
-    return int(info.uordblks + info.hblkhd)
+    return int(info.uordblks + info.hblkhd), int(info.fordblks)
 
 
 def process_sample() -> dict[str, int | None]:
-    """This process's resident set (bytes), open file handles and threads, from /proc, and malloc's bytes."""
+    """This process's resident set (bytes, anonymous and file-backed), open file handles and threads, from /proc,
+    and malloc's bytes."""
     status = dict(
         line.split(":", 1) for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines() if ":" in line
     )
+    in_use, free = _malloc_bytes()
     return {
         "rss": int(status["VmRSS"].split()[0]) * 1024,
+        "rss_anon": int(status["RssAnon"].split()[0]) * 1024,
+        "rss_file": int(status["RssFile"].split()[0]) * 1024,
         "fds": len(os.listdir("/proc/self/fd")),
         "threads": int(status["Threads"]),
-        "malloc": _malloc_in_use(),
+        "malloc": in_use,
+        "malloc_free": free,
     }
 
 

@@ -253,8 +253,10 @@ def growth(worker: Worker) -> dict[str, float]:
     named = sum(value for key, value in accounted.items() if not key.startswith("other"))
     after = samples[start:]
     malloc = (last["malloc"] - first["malloc"]) if last.get("malloc") is not None else None
+    malloc_free = (last["malloc_free"] - first["malloc_free"]) if last.get("malloc_free") is not None else None
+    file_backed = (last["rss_file"] - first["rss_file"]) if "rss_file" in last else None
     return {
-        "warm_up": start + 1, "malloc_growth": malloc,
+        "warm_up": start + 1, "malloc_growth": malloc, "malloc_free_growth": malloc_free, "file_growth": file_backed,
         "rss_start": first["rss"], "rss_end": last["rss"], "rss_growth": last["rss"] - first["rss"],
         "rss_peak": max(s["rss"] for s in samples), "accounted_growth": named,
         "other_growth": accounted.get("other reachable from the runtime", 0),
@@ -335,14 +337,18 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool) -> Section:
         [
             "What the growth after the warm-up is set against, per process (Python-reachable bytes, each object "
             "counted once, from `gc`; `other` is everything else reachable from the runtime, not counted in the "
-            "target):",
+            "target; file-backed is the resident part of mapped files, mostly the native libraries' code; malloc is "
+            "glibc's bytes in use, malloc free what its arenas keep freed and not given back):",
             "",
-            "| process | warm-up ends | RSS then | RSS growth | RSS peak | malloc growth | entries + caches growth "
-            "| other growth | threads |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| process | warm-up ends | RSS then | RSS growth | RSS peak | file-backed growth | malloc growth "
+            "| malloc free growth | entries + caches growth | other growth | threads |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *(
                 f"| {name} | r{g['warm_up']} | {mib(g['rss_start'])} | {mib(g['rss_growth'])} | {mib(g['rss_peak'])} | "
-                f"{'—' if g['malloc_growth'] is None else mib(g['malloc_growth'])} | "
+                + " | ".join(
+                    "—" if g[k] is None else mib(g[k]) for k in ("file_growth", "malloc_growth", "malloc_free_growth")
+                )
+                + " | "
                 f"{mib(g['accounted_growth'])} | {mib(g['other_growth'])} | {g['threads_first']}–{g['threads_max']} |"
                 for name, g in growths.items()
             ),
