@@ -74,11 +74,12 @@ def learned_markdown(state: LearnedState) -> str:
 
 def next_judge_words(row: Mapping[str, Any]) -> str:
     """Whether the next judge (reflex or LLM) is still asked where the node does not serve, and what the log
-    says of it there (a ``describe_nodes`` row): "yes", or "audits only" with how many it settled right."""
+    says of it there (a ``describe_nodes`` row): "yes", or "audits only", with how many of the requests it was
+    asked there it settled right ("0/53 right"), and the pooled count that decided, if one did."""
     figures = row.get("next_judge") or {}
-    asked = f"{figures.get('settled_right', 0)} of {figures.get('asked', 0)} settled right"
+    asked = f"{figures.get('settled_right', 0)}/{figures.get('asked', 0)} right"
     if figures.get("evidence") in ("layer", "tree"):  # the node's own asks were too few: its layer's or tree's
-        asked += f"; {figures['evidence']} {figures.get('pooled_settled_right', 0)} of {figures.get('pooled_asked', 0)}"
+        asked += f"; {figures['evidence']} {figures.get('pooled_settled_right', 0)}/{figures.get('pooled_asked', 0)}"
     if row.get("asks_next_judge", True):
         return f"yes ({asked})" if figures.get("asked") else "yes"
     return f"audits only ({asked})"

@@ -208,7 +208,7 @@ def test_learned_next_judge_is_judged_on_its_layer_then_its_tree_while_it_settle
         assert figures["ask"] is False and figures["evidence"] == "layer"
     assert by_layer["root"]["ask"] is False and by_layer["root"]["evidence"] == "tree"  # its own: none asked
     words = next_judge_words({"asks_next_judge": False, "next_judge": by_layer["fruit"]})
-    assert words == "audits only (0 of 40 settled right; layer 0 of 80)"
+    assert words == "audits only (0/40 right; layer 0/80)"
     by_tree = fit(_asked("root", 0, 30) + _asked("fruit", 0, 30) + _asked("tools", 0, 30))
     assert all(f["ask"] is False and f["evidence"] == "tree" and f["pooled_asked"] == 90 for f in by_tree.values())
     one_right = fit(_asked("fruit", 0, 40) + _asked("tools", 1, 39))  # 1 of 80 right: 6.7%
