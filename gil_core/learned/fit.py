@@ -274,17 +274,10 @@ def _with_next_judge(
     how many it settled with the confirmed child, and the Wilson 95% upper bound of that share; while it settled
     none of the node's own, the same over the node's layer and then over the tree (each node's latest
     ``window``), the first of them under the floor deciding."""
-    per_node: dict[str, list[Logged]] = defaultdict(list)
-    for item in logged:
-        if not item.served and item.llm_right is not None:
-            per_node[item.node_id].append(item)
-    latest = {node_id: items[-policy.window :] for node_id, items in per_node.items()}
-    own = latest.get(model.node_id, [])
-    pools: list[tuple[str, list[Logged]]] = [("node", own)]
-    if _settled(own) == 0 and policy.pooling == "layer":
-        group = groups[model.node_id]
-        pools.append(("layer", [item for n, items in latest.items() if groups.get(n) == group for item in items]))
-        pools.append(("tree", [item for items in latest.values() for item in items]))
+    asked_there = [item for item in logged if not item.served and item.llm_right is not None]
+    pools = _pools(model.node_id, asked_there, groups, policy.window)
+    if _settled(pools[0][1]) > 0 or policy.pooling == "node":
+        pools = pools[:1]
     figures: dict[str, Any] = {"evidence": "node", "ask": True}
     for evidence, asked in pools:
         settled = _settled(asked)
@@ -297,6 +290,23 @@ def _with_next_judge(
                 figures |= {"pooled_asked": len(asked), "pooled_settled_right": settled, "pooled_upper_bound": upper}
             break
     return replace(model, report={**model.report, "next_judge": figures})
+
+
+def _pools(
+    node_id: str, logged: Sequence[Logged], groups: Mapping[str, tuple[int, bool]], window: int
+) -> list[tuple[str, list[Logged]]]:
+    """The evidence a node may read, narrowest first: its own latest ``window`` logged items, its group's (each
+    node's latest ``window``: its layer, leaves and inner nodes apart) and the tree's."""
+    per_node: dict[str, list[Logged]] = defaultdict(list)
+    for item in logged:
+        per_node[item.node_id].append(item)
+    latest = {node: items[-window:] for node, items in per_node.items()}
+    layer = [item for node, items in latest.items() if groups.get(node) == groups[node_id] for item in items]
+    return [
+        ("node", latest.get(node_id, [])),
+        ("layer", layer),
+        ("tree", [i for items in latest.values() for i in items]),
+    ]
 
 
 def _settled(asked: Sequence[Logged]) -> int:
@@ -530,19 +540,13 @@ def _evidence(
     def latest(items: list[Logged], *, last: bool = False) -> tuple[list[Logged], str] | None:
         """The node's own, else its layer's, else the tree's: the first that has ``min_support`` (the tree's
         however few when ``last``)."""
-        per_node: dict[str, list[Logged]] = defaultdict(list)
-        for item in items:
-            per_node[item.node_id].append(item)
-        own = per_node.get(node_id, [])[-policy.window :]
-        if len(own) >= policy.min_support or policy.pooling == "node":
-            return own, "node"
-        layer = [
-            item for n, kept in per_node.items() if groups.get(n) == groups[node_id] for item in kept[-policy.window :]
-        ]
-        if len(layer) >= policy.min_support:
-            return layer, "layer"
-        tree = [item for kept in per_node.values() for item in kept[-policy.window :]]
-        return (tree, "tree") if len(tree) >= policy.min_support or last else None
+        pools = _pools(node_id, items, groups, policy.window)
+        if policy.pooling == "node":
+            return pools[0][1], "node"
+        for name, kept in pools:
+            if len(kept) >= policy.min_support:
+                return kept, name
+        return (pools[-1][1], "tree") if last else None
 
     # A prediction speaks for a node's model when a model of its generation made it: one fitted on at least a
     # quarter as many confirmed rows as the node's now (a leaf first judged from its priors alone says little
