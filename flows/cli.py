@@ -328,8 +328,8 @@ def _learned_table(nodes: list[dict[str, Any]]) -> Table:
 @app.command("fit-reflex")
 def fit_reflex_command(task_file_path: TaskFileOption = None, as_json: JsonOption = False) -> None:
     """Refit the learned reflex from the log and print, per node, its rows, classes, the rule that lets it serve
-    (proven, better than the LLM, withdrawn or learning), the cut, and precision and coverage at the cut; and
-    memory's similarity cut read from the same log."""
+    (proven, better than the LLM, withdrawn or learning), the cut, and precision and coverage at the cut; then
+    memory's similarity cut read from the same log, and whether generation is still asked."""
     from gil_core.learned import describe_nodes
     from gil_core.runtime import open_learner
 
@@ -345,12 +345,17 @@ def fit_reflex_command(task_file_path: TaskFileOption = None, as_json: JsonOptio
     nodes = describe_nodes(state)
     memory = state.memory.to_json() if state.memory is not None else None
 
+    generation = state.generation.to_json() if state.generation is not None else None
+
     def render() -> None:
         console.print(_learned_table(nodes))
         if state.memory is not None:
             console.print(state.memory.describe(), highlight=False)
+        if state.generation is not None:
+            console.print(state.generation.describe(), highlight=False)
 
-    emit({"task": state.task, "fitted_on": dict(state.fitted_on), "nodes": nodes, "memory": memory}, as_json, render)
+    summary = {"task": state.task, "fitted_on": dict(state.fitted_on), "nodes": nodes, "memory": memory}
+    emit({**summary, "generation": generation}, as_json, render)
 
 
 @app.command("lint-tree")

@@ -69,6 +69,8 @@ def learned_markdown(state: LearnedState) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     if state.memory is not None:
         lines += ["", f"Memory: {state.memory.describe()}."]
+    if state.generation is not None:
+        lines += ["", f"Generation: {state.generation.describe()}."]
     return "\n".join(lines)
 
 

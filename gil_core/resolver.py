@@ -205,7 +205,7 @@ class Resolver:
             return _Outcome("none", task.language.none_of_these, walk.steps[0].p, walk)
         habit = walk.habit if walk is not None else None
         if habit is None:
-            return await self._generate(task, text, walk)
+            return await self._generate(task, text, walk, trace_id)
         confidence = walk.steps[-1].p if walk is not None else None
         outcome: _Outcome | None = None
         if habit.kind is OptionKind.ANSWER:
@@ -215,7 +215,7 @@ class Resolver:
             filled = await self._guard(filler.fill(text, habit, node_id=task.tree.owner(habit.id).id))
             if isinstance(filled, str) or filled.output is None:
                 # The template could not be filled: answer within the categories above it.
-                return await self._generate(task, text, walk)
+                return await self._generate(task, text, walk, trace_id)
             outcome = _Outcome("habit/template", filled.output, confidence, walk, habit=habit.id)
         else:
             generation = await self._guard(
@@ -233,14 +233,18 @@ class Resolver:
             await self._explore(task, text, habit, outcome)
         return outcome
 
-    async def _generate(self, task: TaskDefinition, text: str, walk: Traversal | None) -> _Outcome:
+    async def _generate(self, task: TaskDefinition, text: str, walk: Traversal | None, trace_id: str) -> _Outcome:
         """Generation under the task's contract, narrowed to the deepest confirmed category (habits and
-        shadows are not categories, so a template that could not be filled answers within its own)."""
+        shadows are not categories, so a template that could not be filled answers within its own); not asked
+        where the learned judge's log shows it does not help (``learned.generation_floor``)."""
         categories = _categories(task, walk)
         mode = "partial" if categories else "fallback"
         if not task.policy.allow_fallback:
             reason = walk.exit_reason if walk is not None else "no tree"
             return _Outcome("abstain", walk=walk, failure=f"no habit reached ({reason}) and fallback is off")
+        skipped = self._learner.skips_generation(task, trace_id) if self._learner is not None else None
+        if skipped is not None:
+            return _Outcome("abstain", walk=walk, failure=f"not generated: {skipped}")
         contract: Contract = task.contract
         path = _path_labels(task, walk)
         if path and isinstance(contract, TreeAnswerContract):

@@ -93,9 +93,10 @@ _KEYS = {
     "show_shadows": "true | false",
     "reflex_threshold": "number or null: judge each node by embeddings first, the LLM only below it",
     "memory_guard": "true | false (refuse memory hits that differ in a negation, number or amount)",
-    "learned_reflex": "{precision: 0.5..1, min_support, audit_rate, novelty, window, pooling, regularization, "
-    "exemplars, memory_cut, guess, llm_floor} or null: judge each node by the classifier learned from confirmed "
-    "answers first, where the log lets it serve (memory_cut: true reads memory's cut from the same log)",
+    "learned_reflex": "{precision: 0.5..1, min_support, audit_rate, novelty, unseen, window, pooling, regularization, "
+    "exemplars, memory_cut, guess, llm_floor, generation_floor} or null: judge each node by the classifier learned "
+    "from confirmed answers first, where the log lets it serve (memory_cut: true reads memory's cut from the same "
+    "log)",
     "fallback_max_attempts": "integer ≥ 1",
     "slot_max_attempts": "integer ≥ 1",
     "fallback_max_tokens": "integer ≥ 1 (tokens one generation may produce; default 512)",

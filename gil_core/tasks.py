@@ -72,6 +72,10 @@ class LearnedPolicy:
       still asked, so the evidence stays current. Such a node exits unless a guess settles it. 0: always asked.
       While the next judge settled none of a node's own requests right, its layer's asks and then the tree's
       (``pooling: layer``) decide when they fall under the floor.
+    * ``generation_floor``: where the tree does not settle a request, generation is not asked when the log shows,
+      at 95% (the Wilson upper bound), that it generated the confirmed answer for fewer than this share of the
+      latest ``window`` requests it was asked; the ``audit_rate`` share is still asked, so the evidence stays
+      current. Such a request ends as abstain (``learned.generation_floor``). 0: always asked.
     """
 
     precision: float
@@ -86,9 +90,10 @@ class LearnedPolicy:
     memory_cut: bool = True
     guess: bool = True
     llm_floor: float = 0.05
+    generation_floor: float = 0.05
 
     def __post_init__(self) -> None:
-        for name in ("precision", "audit_rate", "novelty", "unseen", "llm_floor"):
+        for name in ("precision", "audit_rate", "novelty", "unseen", "llm_floor", "generation_floor"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ConfigurationError(f"learned_reflex.{name} must be a number, got {value!r}")
@@ -100,8 +105,9 @@ class LearnedPolicy:
             raise ConfigurationError(f"learned_reflex.novelty must lie in [0, 1), got {self.novelty!r}")
         if not 0.0 <= self.unseen <= 1.0:
             raise ConfigurationError(f"learned_reflex.unseen must lie in [0, 1], got {self.unseen!r}")
-        if not 0.0 <= self.llm_floor < 1.0:
-            raise ConfigurationError(f"learned_reflex.llm_floor must lie in [0, 1), got {self.llm_floor!r}")
+        for name in ("llm_floor", "generation_floor"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigurationError(f"learned_reflex.{name} must lie in [0, 1), got {getattr(self, name)!r}")
         for name in ("min_support", "window", "exemplars"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

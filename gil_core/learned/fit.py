@@ -69,6 +69,7 @@ from numpy.typing import NDArray
 
 from gil_core.judge.prompt import Candidate
 from gil_core.judge.reflex import candidate_text
+from gil_core.learned.generation_floor import fit_generation_floor
 from gil_core.learned.log import LearnedLog, Logged, confirmed_path
 from gil_core.learned.memory_cut import fit_memory_cut
 from gil_core.learned.state import SERVING_RULES, SIGNIFICANCE, LearnedState, NodeModel, Rule
@@ -172,7 +173,8 @@ def fit_state(
 ) -> LearnedState:
     """Fit every node (see the module doc). ``priors`` maps each prior text to its unit vector; ``threshold``
     is the task's confidence threshold at a node on a layer. With ``memory_threshold`` (memory on, no verify
-    band) memory's cut is read from the same log (``learned.memory_cut``)."""
+    band) memory's cut is read from the same log (``learned.memory_cut``); whether generation is still asked, too
+    (``learned.generation_floor``)."""
     from sklearn.linear_model import LogisticRegression  # type: ignore[import-untyped]  # fit path only
 
     vectors = log.vectors if log.vectors.size else np.zeros((0, dimensions), dtype=np.float32)
@@ -260,6 +262,7 @@ def fit_state(
             min_support=policy.min_support,
             window=policy.window,
         ),
+        generation=fit_generation_floor(log.generated, floor=policy.generation_floor, window=policy.window),
     )
 
 

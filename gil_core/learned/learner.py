@@ -31,6 +31,8 @@ from numpy.typing import NDArray
 
 from gil_core.errors import LearnedStateError
 from gil_core.learned.fit import fit_state, prior_texts
+from gil_core.learned.generation_floor import GENERATION_AUDIT
+from gil_core.learned.judge import audited
 from gil_core.learned.log import VerdictDigest, read_learned_log, verdict_digest
 from gil_core.learned.state import LearnedState, read_state, state_key, task_key, write_state
 from gil_core.llm.ports import EmbeddingModel
@@ -132,6 +134,18 @@ class Learner:
             "dimensions": len(array),
             "vector": array.tobytes(),
         }
+
+    def skips_generation(self, task: TaskDefinition, trace_id: str) -> str | None:
+        """Why generation is not asked for this request of ``task`` (None: it is): the state in use says it does
+        not help there (``learned.generation_floor``) and the trace is not one of the ``audit_rate`` share still
+        asked (the same draw as the learned judge's audits, for no node)."""
+        learned = task.policy.learned
+        state = self._states.get(task.name) if learned is not None else None
+        if learned is None or state is None or state.generation is None or state.asks_generation:
+            return None
+        if audited(trace_id, GENERATION_AUDIT, learned.audit_rate):
+            return None
+        return state.generation.describe()
 
     # -- feedback and refits ------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from gil_core.habits.attribution import AnswerIndex
+from gil_core.learned.generation_floor import GENERATION_MODES, Generated
 from gil_core.learned.queue import ChosenBy, read_chosen_by
 from gil_core.memory.guard import has_negation
 from gil_core.ontology.model import Tree
@@ -88,12 +89,14 @@ class VerdictDigest:
 @dataclass(frozen=True)
 class LearnedLog:
     """The confirmed requests that have a vector (arrival order, ``vectors`` row-aligned, unit rows), the scored
-    predictions, and the digest of the verdicts read."""
+    predictions, the digest of the verdicts read, and the requests that went to generation with whether their
+    verdict confirmed the generated answer (``generated``, for ``learned.generation_floor``)."""
 
     confirmed: tuple[Confirmed, ...]
     vectors: NDArray[np.float32]
     logged: tuple[Logged, ...]
     digest: VerdictDigest
+    generated: tuple[Generated, ...] = ()
 
 
 def _verdicts(store: TelemetryStore, task: str) -> pl.LazyFrame:
@@ -146,17 +149,20 @@ def read_learned_log(store: TelemetryStore, task: str, tree: Tree, *, none_text:
     chosen = read_chosen_by(store, task)
     confirmed: list[Confirmed] = []
     logged: list[Logged] = []
+    generated: list[Generated] = []
     for order, row in enumerate(traces.iter_rows(named=True)):
         if not row["state"]:  # a do-not-record trace: nothing of it is learned
             continue
+        how = chosen.get(row["trace_id"], "unsolicited")
+        if row["mode"] in GENERATION_MODES:
+            generated.append(Generated(order, row["feedback_verdict"] == "correct", how))
         known, option = _confirmed_option(row, answers, options, none_text)
         if not known:
             continue
-        how = chosen.get(row["trace_id"], "unsolicited")
         confirmed.append(Confirmed(row["trace_id"], order, option, has_negation(row["state"]), how))
         logged.extend(replace(item, chosen_by=how) for item in _scored(tree, row["path"], order, option))
     with_vectors, vectors = _vectors(store, task, embedder, confirmed)
-    return LearnedLog(tuple(with_vectors), vectors, tuple(logged), digest)
+    return LearnedLog(tuple(with_vectors), vectors, tuple(logged), digest, tuple(generated))
 
 
 def _confirmed_option(

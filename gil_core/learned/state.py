@@ -8,7 +8,9 @@ The state is stored as one Parquet file (arrays as little-endian bytes, the head
 key-value metadata): a format that cannot run code when it is read. It names the task, the tree's SHA-256 and
 the embedder it was fitted for, and the verdicts it was fitted on (``fitted_on``), so a changed tree or embedder
 is never served a stale model, and a process can tell whether a refit is due. The header also holds memory's
-similarity cut read from the same log (``memory``, see ``learned.memory_cut``).
+similarity cut read from the same log (``memory``, see ``learned.memory_cut``) and, when present, whether
+generation is still asked (``generation``, see ``learned.generation_floor``; a state written before it has none
+and always asks).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from gil_core.errors import LearnedStateError
+from gil_core.learned.generation_floor import GenerationFloor
 from gil_core.learned.memory_cut import MemoryCut
 from gil_core.storage import Folder
 
@@ -172,7 +175,8 @@ class NodeModel:
 class LearnedState:
     """Everything fitted for one task (see the module doc). ``fitted_on`` = ``{"verdicts": n, "digest": d}``
     of the verdicts read; ``memory`` is memory's cut read from the same log (None: memory is off or has a
-    verify band, and keeps its configured cuts); ``name`` is the file it was read from or written to."""
+    verify band, and keeps its configured cuts); ``name`` is the file it was read from or written to;
+    ``generation`` is whether generation is still asked (``learned.generation_floor``; None: always)."""
 
     task: str
     tree_sha256: str
@@ -184,6 +188,12 @@ class LearnedState:
     nodes: Mapping[str, NodeModel]
     memory: MemoryCut | None = None
     name: str | None = None
+    generation: GenerationFloor | None = None
+
+    @property
+    def asks_generation(self) -> bool:
+        """Whether generation is asked on every request the tree leaves to it (``learned.generation_floor``)."""
+        return self.generation is None or self.generation.ask
 
     @property
     def key(self) -> str:
@@ -253,6 +263,7 @@ def write_state(folder: Folder, state: LearnedState, name: str) -> None:
         "fitted_at": state.fitted_at,
         "policy": dict(state.policy),
         "memory": state.memory.to_json() if state.memory is not None else None,
+        "generation": state.generation.to_json() if state.generation is not None else None,
     }
     folder.write_parquet(name, frame, metadata={_HEADER_KEY: json.dumps(header, sort_keys=True)})
 
@@ -310,6 +321,7 @@ def read_state(folder: Folder, name: str, *, task: str) -> LearnedState:
             nodes=nodes,
             memory=MemoryCut.of(header["memory"]) if header.get("memory") is not None else None,
             name=name,
+            generation=GenerationFloor.of(header["generation"]) if header.get("generation") is not None else None,
         )
     except LearnedStateError as exc:
         raise LearnedStateError(f"{where}: {exc}") from None

@@ -145,7 +145,11 @@ async def test_learned_gil_fit_reflex_and_stats_name_each_nodes_rule(tmp_path: P
             await run_with_feedback(resolver, task, stream[:40])
     fitted = _gil("fit-reflex", "-t", str(path), "--json")
     assert fitted.returncode == 0, fitted.stderr
-    nodes = {row["node"]: row for row in json.loads(fitted.stdout)["nodes"]}
+    summary = json.loads(fitted.stdout)
+    nodes = {row["node"]: row for row in summary["nodes"]}
+    # The bad model's generations (the none answer) were confirmed for the out-of-scope tickets only.
+    out_of_scope = sum(e.option is None for e in stream[:40])
+    assert summary["generation"] == {**summary["generation"], "asked": 40, "right": out_of_scope, "ask": True}
     learnable = [e for e in stream[:40] if e.option != "change-email"]  # a procedure's answer names no tree answer
     assert nodes["root"]["rule"] == "better" and nodes["root"]["rows"] == len(learnable)
     assert {row["rule"] for row in nodes.values()} <= {"better", "proven", "learning", "withdrawn"}
@@ -157,6 +161,8 @@ async def test_learned_gil_fit_reflex_and_stats_name_each_nodes_rule(tmp_path: P
     assert deciders["generation"]["requests"] == 40 and deciders["generation"]["judged"] == 40
     table = _gil("fit-reflex", "-t", str(path))
     assert table.returncode == 0 and "root" in table.stdout and "better" in table.stdout
+    said = f"generation asked (generated the confirmed answer for {out_of_scope} of the latest 40 requests"
+    assert said in " ".join(table.stdout.split())  # however the terminal wraps it
     (tmp_path / "plain").mkdir()
     refused = _gil("fit-reflex", "-t", str(write_task_file(tmp_path / "plain", "http://127.0.0.1:9/v1")))
     assert refused.returncode == 2 and "no learned_reflex" in refused.stderr

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from gil_core.batch import Ticket, Verdict, apply_verdicts, resolve_batch, ticket_trace_id
-from gil_core.llm import ChatModel, EmbeddingModel, EmbeddingRecorder
+from gil_core.llm import ChatModel, EmbeddingModel, EmbeddingRecorder, OpenAICompatibleChatModel
 from gil_core.llm.trace_vectors import TraceVectorCache
 from gil_core.local import MiniLMEmbeddingModel
 from gil_core.memory import LanceDBMemory
 from gil_core.resolver import Resolver
 from gil_core.tasks import LearnedPolicy, TaskDefinition
 from gil_core.telemetry import EnergyModel, TelemetryStore
-from gil_core.testing import ScriptedOpenAIServer
+from gil_core.testing import ReceivedRequest, ScriptedOpenAIServer
 from tests.resolver._support import ROOT, Script, SupportModel, support_task
 
 NONE = "None of these"
@@ -137,3 +137,17 @@ async def train(
     for first in range(start, start + count, chunk):
         outputs |= await run_with_feedback(resolver, task, stream[first : min(first + chunk, start + count)])
     return outputs
+
+
+async def trained_then_sent(
+    root: Path, task: TaskDefinition, server: ScriptedOpenAIServer, trained: int, sent: int
+) -> tuple[Resolver, dict[str, str | None], list[ReceivedRequest]]:
+    """Train a resolver over a store at ``root`` on the first ``trained`` requests of the support stream (``train``),
+    then send the next ``sent`` as one batch with feedback: the resolver, those requests' outputs, and what the
+    server received for them."""
+    async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
+        resolver = Resolver(chat, TelemetryStore(root), reflex_embedder=embedder())
+        await train(resolver, task, trained)
+        before = len(server.requests)
+        outputs = await run_with_feedback(resolver, task, support_stream()[trained : trained + sent])
+    return resolver, outputs, server.requests[before:]

@@ -11,6 +11,7 @@ import pytest
 
 from gil_core.errors import LearnedStateError
 from gil_core.learned import LearnedState, Logged, MemoryCut, NodeModel, choose_rule, fit_state, read_state, write_state
+from gil_core.learned.generation_floor import Generated, GenerationFloor, fit_generation_floor
 from gil_core.learned.log import Confirmed, LearnedLog, VerdictDigest
 from gil_core.ontology import parse_tree
 from gil_core.reporting import next_judge_words
@@ -141,6 +142,12 @@ def test_learned_state_round_trips_and_refuses_another_task(tmp_path: Path) -> N
     memory = MemoryCut("raised", 0.95, 0.9, 40, 30, 30)
     write_state(folder, replace(state, memory=memory), "m.parquet")
     assert read_state(folder, "m.parquet", task="t").memory == memory
+    assert state.generation is not None and state.generation.asked == 0 and state.asks_generation  # no verdicts
+    floor = GenerationFloor(asked=80, right=0, upper_bound=0.0458, floor=0.05, ask=False)
+    write_state(folder, replace(state, generation=floor), "g.parquet")
+    back_floor = read_state(folder, "g.parquet", task="t")
+    assert back_floor.generation == floor and not back_floor.asks_generation
+    assert replace(state, generation=None).asks_generation  # a state written before the floor always asks
     with pytest.raises(LearnedStateError, match="another task"):
         read_state(folder, "s.parquet", task="u")
     (tmp_path / "bad.parquet").write_bytes(b"\x00" * 100)
@@ -216,3 +223,20 @@ def test_learned_next_judge_is_judged_on_its_layer_then_its_tree_while_it_settle
     assert one_right["fruit"]["ask"] is True and one_right["root"]["ask"] is True
     own_only = fit(_asked("fruit", 0, 40) + _asked("tools", 0, 40), pooling="node")
     assert all(figures["ask"] is True and figures["evidence"] == "node" for figures in own_only.values())
+
+
+def test_learned_generation_floor_reads_the_latest_unbiased_asks() -> None:
+    """Generation is marked only when the Wilson 95% upper bound of its confirmed share, over the latest
+    ``window`` asks whose verdicts the queue did not choose, is under the floor; one confirmed answer among 80
+    brings it back, queue-chosen verdicts are not read, and a floor of 0 always asks."""
+    never = [Generated(i, False) for i in range(80)]
+    marked = fit_generation_floor(never, floor=0.05, window=500)
+    assert (marked.asked, marked.right, marked.ask) == (80, 0, False) and marked.upper_bound < 0.05
+    assert "0 of the latest 80" in marked.describe() and "audits only" in marked.describe()
+    assert fit_generation_floor(never[:60], floor=0.05, window=500).ask  # 60 asks cannot show < 5% at 95%
+    once = fit_generation_floor([*never, Generated(80, True)], floor=0.05, window=500)
+    assert once.ask and once.right == 1
+    queued = [Generated(80 + i, True, "queue") for i in range(20)]
+    assert not fit_generation_floor([*never, *queued], floor=0.05, window=500).ask  # the queue's verdicts unread
+    assert fit_generation_floor([Generated(0, True), *never], floor=0.05, window=80).right == 0  # latest 80 only
+    assert fit_generation_floor(never, floor=0.0, window=500).ask

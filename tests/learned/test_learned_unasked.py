@@ -17,15 +17,14 @@ from gil_core.batch import ticket_trace_id
 from gil_core.llm import OpenAICompatibleChatModel
 from gil_core.resolver import Resolver
 from gil_core.telemetry import TelemetryStore
-from gil_core.testing import ScriptedOpenAIServer
 from tests.learned._support import (
     bad_model,
     embedder,
     good_model,
     learned_task,
-    run_with_feedback,
     support_stream,
     train,
+    trained_then_sent,
 )
 
 TRAIN = 160  # four rounds of feedback: ~70 requests the root left to the LLM, enough for a floor of 10%
@@ -33,24 +32,12 @@ FLOOR = 0.1
 SENT = 40
 
 
-def _judgments(server: ScriptedOpenAIServer, since: int) -> int:
-    """The one-token judgments the server received after its first ``since`` requests."""
-    return sum(1 for request in server.requests[since:] if request.body.get("logprobs"))
-
-
 async def _run(root: Path, **learned: Any) -> tuple[Resolver, dict[str, str | None], int]:
     """Train on the first TRAIN requests with the bad model, then send the next SENT: the resolver, those
-    requests' outputs, and the judgments the model was asked for them."""
-    task = learned_task(**learned)
-    stream = support_stream()
+    requests' outputs, and the one-token judgments the model was asked for them."""
     with bad_model() as server:
-        async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
-            resolver = Resolver(chat, TelemetryStore(root), reflex_embedder=embedder())
-            await train(resolver, task, TRAIN)
-            before = len(server.requests)
-            outputs = await run_with_feedback(resolver, task, stream[TRAIN : TRAIN + SENT])
-            asked = _judgments(server, before)
-    return resolver, outputs, asked
+        resolver, outputs, received = await trained_then_sent(root, learned_task(**learned), server, TRAIN, SENT)
+    return resolver, outputs, sum(1 for request in received if request.body.get("logprobs"))
 
 
 def _steps(store: TelemetryStore, task: str, ids: list[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
