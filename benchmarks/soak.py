@@ -10,11 +10,13 @@ first, then finds the round done), plus a compactor. The server runs in this pro
 
     uv run python -m benchmarks.soak --quick    # ~1,200 requests, under 2 minutes; prints only
     uv run python -m benchmarks.soak            # 50,000 requests; writes its section of RELIABILITY.md
+    uv run python -m benchmarks.soak --tasks 1 --rounds 16   # longer per process (does growth level off?); prints only
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -266,7 +268,9 @@ def growth(worker: Worker) -> dict[str, float]:
     }  # fmt: skip
 
 
-def section(plan: Plan, measured: dict[str, Any], quick: bool) -> Section:
+def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") -> Section:
+    """The section; ``quick`` for any run other than the published one (no target on the request count), whose
+    ``flags`` the command line shows."""
     workers: list[Worker] = measured["workers"]
     checks = measured["checks"]
     resolved = sum(line.get("resolved", 0) for w in workers for line in w.lines)
@@ -290,7 +294,7 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool) -> Section:
     failed = sum(line.get("failed", 0) for w in workers for line in w.lines)
     crashes = [crash for w in workers for line in w.lines for crash in line.get("crashes", ())]
     rows = [
-        Row("requests through `resolve_batch`", "≥ 50,000" if not quick else "(quick run)", f"{resolved:,} in "
+        Row("requests through `resolve_batch`", "≥ 50,000" if not quick else "(not published)", f"{resolved:,} in "
             f"{measured['wall_s']:.0f} s, {len(workers)} processes; {measured['server_requests']:,} HTTP requests "
             f"reached the server", None if quick else resolved >= 50_000),
         Row("requests/s held after the warm-up (all processes)", "—", f"{held_rate:,.1f} requests/s (per process "
@@ -371,7 +375,7 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool) -> Section:
         "every store is read back. Samples come from each process's own `/proc/self` after each round."
     )
     notes = [f"Held at the end (bytes reachable per part): {held}."]
-    return Section(SECTION, COMMAND + (" --quick" if quick else ""), lead, rows, notes, [extra, accounting])
+    return Section(SECTION, COMMAND + flags, lead, rows, notes, [extra, accounting])
 
 
 def main(arguments: list[str]) -> None:
@@ -382,14 +386,22 @@ def main(arguments: list[str]) -> None:
     )
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temporary one)")
+    parser.add_argument("--tasks", type=int, help="processes with a task of their own (a longer or smaller run "
+                        "than the published one; such a run prints only, unless --output)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, help="rounds per process (as --tasks)")
     options = parser.parse_args(arguments)
     os.environ.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1")
     plan = QUICK if options.quick else FULL
+    custom = options.tasks is not None or options.rounds is not None
+    if custom:
+        plan = dataclasses.replace(plan, tasks=options.tasks or plan.tasks, rounds=options.rounds or plan.rounds)
     work = options.keep or Path(tempfile.mkdtemp(prefix="gil-soak-"))
     print(f"soak: {plan.requests:,} requests in {plan.tasks + 2} processes, work folder {work}", flush=True)
     measured = run(plan, work)
-    built = section(plan, measured, options.quick)
-    target = None if options.no_write else options.output or (None if options.quick else RELIABILITY_FILE)
+    flags = " --quick" * options.quick + (f" --tasks {plan.tasks} --rounds {plan.rounds}" if custom else "")
+    built = section(plan, measured, options.quick or custom, flags)
+    published = not (options.quick or custom)
+    target = None if options.no_write else options.output or (RELIABILITY_FILE if published else None)
     publish([built], target)
     if built.misses:
         print("misses: " + "; ".join(row.what for row in built.misses), flush=True)
