@@ -21,12 +21,15 @@ import sys
 import time
 import types
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 from gil_core.batch import Ticket, Verdict, apply_verdicts, resolve_batch, ticket_trace_id
 from gil_core.batch_lock import hold_batch_turn_async
+from gil_core.errors import MemoryUnavailableError
 from gil_core.maintenance import compact_store
+from gil_core.memory import compact_memory
 from gil_core.runtime import Runtime, open_runtime
 from gil_core.taskfile import load_task_file
 from gil_core.telemetry import TelemetryStore
@@ -205,15 +208,31 @@ async def soak(options: argparse.Namespace) -> None:
                 print(json.dumps(line), flush=True)
 
 
+MEMORY_VERSIONS_KEPT = timedelta(seconds=60)  # the soak's hour: memory's versions kept by each compaction
+
+
 def compact_until(stores: list[str], stop: Path, interval: float) -> None:
-    """Compact every store's tables every ``interval`` seconds until ``stop`` exists; one JSON line per pass."""
+    """Compact every store's tables, and the memory table beside it (``memory/``, as the soak's task files
+    place it; what the hourly compact-telemetry flow does, on the soak's faster clock), every ``interval`` seconds
+    until ``stop`` exists; one JSON line per pass."""
     while not stop.exists():
         started = time.monotonic()
         merged = {store: sum(compact_store(TelemetryStore(store)).values()) for store in stores}
-        print(json.dumps({"merged": merged, "pass_s": round(time.monotonic() - started, 3)}), flush=True)
+        memory = {store: _compact_memory_beside(Path(store)) for store in stores}
+        line = {"merged": merged, "memory_merged": memory, "pass_s": round(time.monotonic() - started, 3)}
+        print(json.dumps(line), flush=True)
         deadline = time.monotonic() + interval
         while time.monotonic() < deadline and not stop.exists():
             time.sleep(0.2)
+
+
+def _compact_memory_beside(store: Path) -> int | str:
+    """Data files merged, or why the compaction failed (reported; the next pass tries again)."""
+    try:
+        done = asyncio.run(compact_memory(store.parent / "memory", keep_versions_for=MEMORY_VERSIONS_KEPT))
+    except MemoryUnavailableError as exc:
+        return str(exc)[:300]
+    return 0 if done is None else done.fragments_removed
 
 
 def main(arguments: list[str]) -> None:

@@ -35,7 +35,7 @@ import polars as pl
 import yaml
 
 from benchmarks._report import ROOT, Row, Section, publish
-from benchmarks._soak_worker import REFUND
+from benchmarks._soak_worker import MEMORY_VERSIONS_KEPT, REFUND
 from gil_core.batch import ticket_trace_id
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import ScriptedOpenAIServer, ScriptedReply
@@ -321,7 +321,11 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
             f"{name} {mib(g['rss_growth'])} vs {mib(g['accounted_growth'])}" for name, g in growths.items()), rss_ok),
         Row("compactions while writing", "—", f"{len(measured['compactions'])} passes over "
             f"{len({w.task for w in workers})} stores, "
-            f"{sum(sum(p['merged'].values()) for p in measured['compactions']):,} files merged"),
+            f"{sum(sum(p['merged'].values()) for p in measured['compactions']):,} files merged; memory's tables: "
+            f"{sum(n for p in measured['compactions'] for n in p['memory_merged'].values() if isinstance(n, int)):,} "
+            f"data files merged, versions older than {MEMORY_VERSIONS_KEPT.total_seconds():.0f} s deleted; "
+            f"{sum(isinstance(n, str) for p in measured['compactions'] for n in p['memory_merged'].values())} "
+            f"memory compactions failed (tried again at the next pass)"),
     ]  # fmt: skip
     curves = [
         f"| {w.name} | " + " | ".join(f"{line['rss'] / 2**20:.0f}/{line['fds']}" for line in w.lines) + " |"
@@ -371,7 +375,9 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
         "`ScriptedOpenAIServer` on loopback in the parent process with a seeded fault mix: "
         + ", ".join(f"{share:.1%} {name}" for name, share in FAULT_MIX.items())
         + f" (slow: the reply {SLOW_SECONDS:g} s late) of HTTP requests. A compactor process runs "
-        f"`compact_store` over every store every {plan.compact_every_s:g} s while they are written. Afterwards "
+        f"`compact_store` over every store, and `compact_memory` over each memory table (keeping "
+        f"{MEMORY_VERSIONS_KEPT.total_seconds():.0f} s of versions: the hourly flow's hour, on the soak's clock), "
+        f"every {plan.compact_every_s:g} s while they are written. Afterwards "
         "every store is read back. Samples come from each process's own `/proc/self` after each round."
     )
     notes = [f"Held at the end (bytes reachable per part): {held}."]
@@ -393,6 +399,8 @@ def main(arguments: list[str]) -> None:
     os.environ.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1")
     plan = QUICK if options.quick else FULL
     custom = options.tasks is not None or options.rounds is not None
+    if options.rounds is not None and options.rounds <= WARM_UP_ROUNDS:
+        parser.error(f"--rounds must be more than the {WARM_UP_ROUNDS} warm-up rounds")
     if custom:
         plan = dataclasses.replace(plan, tasks=options.tasks or plan.tasks, rounds=options.rounds or plan.rounds)
     work = options.keep or Path(tempfile.mkdtemp(prefix="gil-soak-"))

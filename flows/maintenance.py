@@ -14,6 +14,7 @@ from flows._prefect import artifact_key, gil_task
 from flows._progress import task_progress
 from gil_core.learned import describe_nodes
 from gil_core.maintenance import compact_store, fit_and_store_energy
+from gil_core.memory import compact_memory
 from gil_core.reporting import learned_markdown
 from gil_core.runtime import open_learner, open_runtime
 from gil_core.taskfile import load_task_file
@@ -54,6 +55,15 @@ def compact_task(task_file: str) -> dict[str, int]:
     return compact_store(TelemetryStore(load_task_file(task_file).store))
 
 
+@gil_task(name="compact memory", retries=1)
+async def compact_memory_task(task_file: str) -> dict[str, int]:
+    loaded = load_task_file(task_file)
+    if loaded.task.policy.memory_threshold is None:  # memory off: no table to keep
+        return {}
+    done = await compact_memory(loaded.memory)
+    return {} if done is None else {"memory (data files merged)": done.fragments_removed}
+
+
 @flow(name="fit-energy")
 async def fit_energy_flow(task_file: str) -> dict[str, Any] | None:
     """Fit energy coefficients to the server timings in the store; later prices and stats use them."""
@@ -83,5 +93,6 @@ async def rebuild_memory_flow(task_file: str) -> int:
 
 @flow(name="compact-telemetry")
 async def compact_telemetry_flow(task_file: str) -> dict[str, int]:
-    """Merge each table's small files into one (safe while other processes write and read)."""
-    return compact_task(task_file)
+    """Merge each table's small files into one, and memory's table's too, deleting its versions older than an
+    hour (safe while other processes write and read)."""
+    return compact_task(task_file) | await compact_memory_task(task_file)

@@ -89,6 +89,7 @@ METADATA_CACHE_BYTES = 64 << 20
 """LanceDB's metadata cache (manifests, fragment and file metadata) per process. Its own default, 1 GiB, keeps the
 metadata of every table version a process read: a long-lived writer filled it (the soak's ~1 GB of native growth
 per process, issue 19). The latest versions' metadata is all a lookup or a write reads."""
+KEEP_VERSIONS_FOR = timedelta(hours=1)  # compact_memory: table versions younger than this are kept
 _Vectors = NDArray[np.float32]
 _SESSIONS: dict[tuple[int, int | None], Session] = {}
 _SESSIONS_LOCK = threading.Lock()
@@ -751,14 +752,7 @@ class LanceDBMemory:
         return rows
 
     async def _connect(self) -> AsyncConnection:
-        import lancedb
-
-        return await lancedb.connect_async(
-            self._path,
-            read_consistency_interval=timedelta(0),
-            storage_options=self._s3.lancedb_options() if self._s3 is not None else None,
-            session=lance_session(*self._caches),
-        )
+        return await _connect(self._path, self._s3, self._caches)
 
     async def _open_task(self, task: str, table: AsyncTable, *, lookup: bool = False) -> TaskVectors | IndexedTask:
         """``task`` as the table holds it: answered from the vector index when it is large and the index exists
@@ -877,16 +871,8 @@ class LanceDBMemory:
         On object storage the text is redacted and the library's exception is not shown as the cause (a
         server's error body can echo a key).
         """
-        try:
+        with _lance_errors(self._path, self._s3, task, what):
             yield
-        except GilError:
-            raise
-        except Exception as exc:
-            if self._s3 is None:
-                reason = f"the LanceDB store at {str(self._path)!r} failed to {what} ({type(exc).__name__}: {exc})"
-                raise MemoryUnavailableError(reason, task=task) from exc
-            reason = f"the LanceDB store at {self._path!r} failed to {what} ({self._s3.describe(exc)})"
-            raise MemoryUnavailableError(reason, task=task) from None
 
     # -- embedding -----------------------------------------------------------------------------------------
 
@@ -939,6 +925,76 @@ class LanceDBMemory:
 
 def _width(state: TaskVectors | IndexedTask) -> int:
     return state.dimensions if isinstance(state, TaskVectors) else state.snapshot.dimensions
+
+
+@dataclass(frozen=True)
+class MemoryCompaction:
+    """What ``compact_memory`` did to a memory table."""
+
+    fragments_removed: int  # data files merged away (one per write until a compaction)
+    fragments_added: int
+    versions_removed: int  # table versions older than the window, deleted with the files only they used
+    bytes_removed: int
+
+
+async def compact_memory(
+    path: str | Path,
+    *,
+    table: str = "memory",
+    s3: S3Settings | None = None,
+    keep_versions_for: timedelta = KEEP_VERSIONS_FOR,
+) -> MemoryCompaction | None:
+    """Merge a memory table's small files and delete its versions older than ``keep_versions_for``; None when
+    there is no table yet. A scheduler runs it (the ``compact-telemetry`` flow, hourly).
+
+    Every write (a verdict remembered or forgotten) commits a new version with a data file of its own, and nothing
+    else merges them: a soak process's table of ~1,000 entries held 2,000 data files and 2,074 versions (194 MB on
+    disk, each version's manifest listing every file), and reading such a version costs memory in proportion
+    (RELIABILITY.md, the soak). Safe beside readers and writers of this and other processes: a compaction commits
+    like a write (instances catch up, rows moved included), and a reader holding a version older than the window
+    would lose its files, which is why the window is an hour by default (an instance looks again within
+    ``refresh_interval``)."""
+    if keep_versions_for < timedelta(0):
+        raise InvalidArgumentError(f"keep_versions_for must not be negative, got {keep_versions_for}")
+    where = location(path)
+    settings = (s3 if s3 is not None else load_s3_settings()) if isinstance(where, str) else None
+    with _lance_errors(where, settings, "", "compact the table"):
+        connection = await _connect(where, settings, (METADATA_CACHE_BYTES, None))
+        if not await _has_table(connection, table):
+            return None
+        opened = await connection.open_table(table)
+        stats = await opened.optimize(cleanup_older_than=keep_versions_for)
+    return MemoryCompaction(
+        fragments_removed=int(stats.compaction.fragments_removed),
+        fragments_added=int(stats.compaction.fragments_added),
+        versions_removed=int(stats.prune.old_versions_removed),
+        bytes_removed=int(stats.prune.bytes_removed),
+    )
+
+
+async def _connect(path: str | Path, s3: S3Settings | None, caches: tuple[int, int | None]) -> AsyncConnection:
+    import lancedb
+
+    return await lancedb.connect_async(
+        path,
+        read_consistency_interval=timedelta(0),
+        storage_options=s3.lancedb_options() if s3 is not None else None,
+        session=lance_session(*caches),
+    )
+
+
+@contextmanager
+def _lance_errors(path: str | Path, s3: S3Settings | None, task: str, what: str) -> Iterator[None]:
+    try:
+        yield
+    except GilError:
+        raise
+    except Exception as exc:
+        if s3 is None:
+            reason = f"the LanceDB store at {str(path)!r} failed to {what} ({type(exc).__name__}: {exc})"
+            raise MemoryUnavailableError(reason, task=task) from exc
+        reason = f"the LanceDB store at {path!r} failed to {what} ({s3.describe(exc)})"
+        raise MemoryUnavailableError(reason, task=task) from None
 
 
 async def _has_table(connection: AsyncConnection, name: str) -> bool:

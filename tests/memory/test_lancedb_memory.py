@@ -127,3 +127,43 @@ async def test_lancedb_s_metadata_cache_is_bounded_per_process_across_many_write
     session = lance_session(bound)
     assert 0 < session.size_bytes <= bound
     assert lance_session(bound) is session and lance_session() is not session
+
+
+@pytest.mark.filterwarnings("ignore:optimize.cleanup_older_than=0.:UserWarning")  # the test's own table
+async def test_compact_memory_merges_each_write_s_file_and_old_versions_while_instances_keep_answering(
+    tmp_path: Path,
+) -> None:
+    from datetime import timedelta
+
+    from gil_core.errors import InvalidArgumentError
+    from gil_core.memory import compact_memory
+
+    assert await compact_memory(tmp_path) is None  # no table yet
+    writer = LanceDBMemory(tmp_path, HashEmbeddingModel(8))
+    for index in range(12):
+        await writer.remember("support", f"k{index}", f"where is parcel {index}", f"Parcel {index} is on its way.")
+    await writer.forget("support", "k3")
+    table = tmp_path / "memory.lance"
+    files_before = len(list((table / "data").iterdir()))
+    versions_before = len(list((table / "_versions").glob("*.manifest")))
+    assert files_before >= 12 and versions_before >= 13  # a data file and a version per write
+
+    done = await compact_memory(tmp_path, keep_versions_for=timedelta(0))
+
+    assert done is not None
+    assert done.fragments_removed >= 11 and done.fragments_added == 1
+    assert done.versions_removed >= versions_before - 1 and done.bytes_removed > 0
+    assert len(list((table / "data").iterdir())) == 1
+    assert len(list((table / "_versions").glob("*.manifest"))) <= 2
+    # The instance that wrote before the compaction answers as before (its rows moved), and keeps learning.
+    hit = await writer.lookup("support", "where is parcel 5", threshold=0.99)
+    assert hit is not None and hit.hit and hit.answer == "Parcel 5 is on its way."
+    missed = await writer.lookup("support", "where is parcel 3", threshold=0.99)
+    assert missed is None or not missed.hit
+    await writer.remember("support", "k20", "where is parcel 20", "Parcel 20 is on its way.")
+    fresh = LanceDBMemory(tmp_path, HashEmbeddingModel(8))
+    expected = {f"k{index}" for index in (*range(12), 20)} - {"k3"}
+    assert {entry.key for entry in await fresh.entries("support")} == expected
+    assert {entry.key for entry in await writer.entries("support")} == expected
+    with pytest.raises(InvalidArgumentError, match="keep_versions_for"):
+        await compact_memory(tmp_path, keep_versions_for=timedelta(seconds=-1))
