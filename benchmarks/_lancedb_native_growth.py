@@ -36,5 +36,6 @@ async def measure(root: str, warm: int, measured: int) -> dict[str, int]:
 
 if __name__ == "__main__":
     arguments = sys.argv[1:]
-    counts = [int(value) for value in arguments[1:3]]
-    print(json.dumps(asyncio.run(measure(arguments[0], *(counts + [300, 600][len(counts) :])))))
+    warm = int(arguments[1]) if len(arguments) > 1 else 300
+    measured = int(arguments[2]) if len(arguments) > 2 else 600
+    print(json.dumps(asyncio.run(measure(arguments[0], warm, measured))))

@@ -407,8 +407,8 @@ def main(arguments: list[str]) -> None:
     print(f"soak: {plan.requests:,} requests in {plan.tasks + 2} processes, work folder {work}", flush=True)
     measured = run(plan, work)
     flags = " --quick" * options.quick + (f" --tasks {plan.tasks} --rounds {plan.rounds}" if custom else "")
-    built = section(plan, measured, options.quick or custom, flags)
     published = not (options.quick or custom)
+    built = section(plan, measured, not published, flags)
     target = None if options.no_write else options.output or (RELIABILITY_FILE if published else None)
     publish([built], target)
     if built.misses:

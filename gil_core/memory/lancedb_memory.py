@@ -284,8 +284,7 @@ class LanceDBMemory:
                 f"refresh_interval must be between 0 and {MAX_REFRESH_INTERVAL} s, got {refresh_interval}"
             )
         os.environ.setdefault("LANCE_LOG", "error")  # LanceDB's Rust warnings would otherwise reach stderr
-        self._path = location(path)
-        self._s3 = (s3 if s3 is not None else load_s3_settings()) if isinstance(self._path, str) else None
+        self._path, self._s3 = _located(path, s3)
         self._embedder = embedder
         self._table_name = table
         self._connection: AsyncConnection | None = None
@@ -956,8 +955,7 @@ async def compact_memory(
     ``refresh_interval``)."""
     if keep_versions_for < timedelta(0):
         raise InvalidArgumentError(f"keep_versions_for must not be negative, got {keep_versions_for}")
-    where = location(path)
-    settings = (s3 if s3 is not None else load_s3_settings()) if isinstance(where, str) else None
+    where, settings = _located(path, s3)
     with _lance_errors(where, settings, "", "compact the table"):
         connection = await _connect(where, settings, (METADATA_CACHE_BYTES, None))
         if not await _has_table(connection, table):
@@ -970,6 +968,13 @@ async def compact_memory(
         versions_removed=int(stats.prune.old_versions_removed),
         bytes_removed=int(stats.prune.bytes_removed),
     )
+
+
+def _located(path: str | Path, s3: S3Settings | None) -> tuple[str | Path, S3Settings | None]:
+    """The table folder (a local path, or an ``s3://`` URL as text) and, for a URL, its S3 settings (``s3``, or
+    the environment's)."""
+    where = location(path)
+    return where, ((s3 if s3 is not None else load_s3_settings()) if isinstance(where, str) else None)
 
 
 async def _connect(path: str | Path, s3: S3Settings | None, caches: tuple[int, int | None]) -> AsyncConnection:
