@@ -124,14 +124,25 @@ def _malloc_bytes() -> tuple[int, int] | tuple[None, None]:
     return int(info.uordblks + info.hblkhd), int(info.fordblks)
 
 
-def process_sample() -> dict[str, int | None]:
-    """This process's resident set (bytes, anonymous and file-backed), open file handles and threads, from /proc,
-    and malloc's bytes."""
+def process_sample() -> dict[str, Any]:
+    """This process's resident set (bytes, anonymous and file-backed, and per kind of mapping), open file handles
+    and threads, from /proc; malloc's bytes; the blocks Python's allocator holds."""
     status = dict(
         line.split(":", 1) for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines() if ":" in line
     )
     in_use, free = _malloc_bytes()
+    maps: dict[str, int] = {}  # resident bytes per kind of mapping: [heap], [anon], [stack], file (any path)
+    name = ""
+    for row in Path("/proc/self/smaps").read_text(encoding="utf-8").splitlines():
+        head = row.split()
+        if head and "-" in head[0] and len(head) >= 5 and ":" not in head[0]:
+            name = head[5] if len(head) > 5 else "[anon]"
+            name = "file" if name.startswith("/") else name
+        elif row.startswith("Rss:"):
+            maps[name] = maps.get(name, 0) + int(head[1]) * 1024
     return {
+        "rss_maps": maps,
+        "py_blocks": sys.getallocatedblocks(),
         "rss": int(status["VmRSS"].split()[0]) * 1024,
         "rss_anon": int(status["RssAnon"].split()[0]) * 1024,
         "rss_file": int(status["RssFile"].split()[0]) * 1024,

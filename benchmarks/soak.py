@@ -11,6 +11,9 @@ first, then finds the round done), plus a compactor. The server runs in this pro
     uv run python -m benchmarks.soak --quick    # ~1,200 requests, under 2 minutes; prints only
     uv run python -m benchmarks.soak            # 50,000 requests; writes its section of RELIABILITY.md
     uv run python -m benchmarks.soak --tasks 1 --rounds 16   # longer per process (does growth level off?); prints only
+
+With ``--keep DIR`` every process's samples stay in ``DIR/<task>/<process>.samples.jsonl``, one line per round
+(resident bytes per kind of mapping, malloc's, the accounted parts'), for reading after the run.
 """
 
 from __future__ import annotations
@@ -92,6 +95,9 @@ class Worker:
         for line in self.process.stdout:
             if line.startswith("{"):
                 self.lines.append(json.loads(line))
+                # Every sample, for reading after the run (``--keep``): more than the report shows.
+                with (self.store.parent / f"{self.name}.samples.jsonl").open("a", encoding="utf-8") as kept:
+                    kept.write(line)
 
 
 def task_file(folder: Path, task: str, base_url: str) -> Path:
