@@ -25,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from benchmarks import _soak_ablations
 from gil_core.batch import Ticket, Verdict, apply_verdicts, resolve_batch, ticket_trace_id
 from gil_core.batch_lock import hold_batch_turn_async
 from gil_core.errors import MemoryUnavailableError
@@ -166,7 +167,7 @@ async def _rerun_until_done(start: Callable[[], Awaitable[_T]], attempts: int = 
                 raise
 
 
-async def soak(options: argparse.Namespace) -> None:
+async def soak(options: argparse.Namespace, sample: Callable[[], dict[str, Any]] = process_sample) -> None:
     loaded = load_task_file(options.task_file)
     task = loaded.task
     waits = 0
@@ -214,7 +215,7 @@ async def soak(options: argparse.Namespace) -> None:
                     "round_s": round(time.monotonic() - started, 3),
                     "at": time.time(),
                 }
-                line |= process_sample()
+                line |= sample()
                 line["accounted"] = accounted_bytes(runtime)
                 print(json.dumps(line), flush=True)
 
@@ -262,7 +263,9 @@ def main(arguments: list[str]) -> None:
     if options.compactor is not None:
         compact_until(options.compactor, options.stop, options.interval)
         return
-    asyncio.run(soak(options))
+    ablated = os.environ.get(_soak_ablations.ENVIRONMENT)  # benchmarks.soak --ablate: a diagnostic run
+    sample = _soak_ablations.apply(_soak_ablations.parse(ablated), process_sample) if ablated else process_sample
+    asyncio.run(soak(options, sample))
 
 
 if __name__ == "__main__":

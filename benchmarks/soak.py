@@ -13,7 +13,8 @@ first, then finds the round done), plus a compactor. The server runs in this pro
     uv run python -m benchmarks.soak --tasks 1 --rounds 16   # longer per process (does growth level off?); prints only
 
 With ``--keep DIR`` every process's samples stay in ``DIR/<task>/<process>.samples.jsonl``, one line per round
-(resident bytes per kind of mapping, malloc's, the accounted parts'), for reading after the run.
+(resident bytes per kind of mapping, malloc's, the accounted parts'), for reading after the run; ``--ablate``
+takes parts of each worker out (``benchmarks/_soak_ablations.py``) to see which one a growth comes with.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 import polars as pl
 import yaml
 
+from benchmarks import _soak_ablations
 from benchmarks._report import ROOT, Row, Section, publish
 from benchmarks._soak_worker import MEMORY_VERSIONS_KEPT, REFUND
 from gil_core.batch import ticket_trace_id
@@ -401,10 +403,17 @@ def main(arguments: list[str]) -> None:
     parser.add_argument("--tasks", type=int, help="processes with a task of their own (a longer or smaller run "
                         "than the published one; such a run prints only, unless --output)")  # fmt: skip
     parser.add_argument("--rounds", type=int, help="rounds per process (as --tasks)")
+    parser.add_argument("--ablate", default="", help="parts of each worker taken out, comma-separated (a diagnostic: "
+                        "benchmarks/_soak_ablations.py lists them); such a run prints only")  # fmt: skip
     options = parser.parse_args(arguments)
+    try:
+        _soak_ablations.parse(options.ablate)
+    except ValueError as exc:
+        parser.error(f"--ablate: {exc}")
+    os.environ[_soak_ablations.ENVIRONMENT] = options.ablate
     os.environ.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1")
     plan = QUICK if options.quick else FULL
-    custom = options.tasks is not None or options.rounds is not None
+    custom = options.tasks is not None or options.rounds is not None or bool(options.ablate)
     if options.rounds is not None and options.rounds <= WARM_UP_ROUNDS:
         parser.error(f"--rounds must be more than the {WARM_UP_ROUNDS} warm-up rounds")
     if custom:
@@ -413,6 +422,7 @@ def main(arguments: list[str]) -> None:
     print(f"soak: {plan.requests:,} requests in {plan.tasks + 2} processes, work folder {work}", flush=True)
     measured = run(plan, work)
     flags = " --quick" * options.quick + (f" --tasks {plan.tasks} --rounds {plan.rounds}" if custom else "")
+    flags += f" --ablate {options.ablate}" if options.ablate else ""
     published = not (options.quick or custom)
     built = section(plan, measured, not published, flags)
     target = None if options.no_write else options.output or (RELIABILITY_FILE if published else None)

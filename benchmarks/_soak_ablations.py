@@ -1,0 +1,97 @@
+"""A diagnostic, not a benchmark: parts of the soak's worker taken out, one at a time, to see which one the RSS
+growth past the accounted caches comes with (RELIABILITY.md, "Findings", the soak's RSS).
+
+    uv run python -m benchmarks.soak --tasks 1 --rounds 6 --keep DIR --ablate no-memory-writes
+
+``benchmarks.soak --ablate`` passes the parts to every worker (``GIL_SOAK_ABLATE``), which applies them before it
+opens its runtime; such a run prints only. The samples kept in ``DIR`` say what each process held per round.
+
+Parts:
+- ``no-lookups``: memory answers every lookup with nothing (its writes go on).
+- ``no-memory-writes``: memory's remember and forget do nothing (no table: LanceDB is never loaded).
+- ``shadows-once``: the shadow index is read once per task, not again after each round's verdicts.
+- ``metadata-cache=MIB``: LanceDB's metadata cache bound for memory, instead of its default.
+- ``trim``: glibc's ``malloc_trim(0)`` before each sample.
+- ``regions``: each sample also lists the anonymous mappings and glibc's heap resident over 64 KiB (start,
+  size and resident KiB), to diff between rounds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+PARTS = ("no-lookups", "no-memory-writes", "shadows-once", "metadata-cache", "trim", "regions")
+ENVIRONMENT = "GIL_SOAK_ABLATE"
+
+
+def parse(text: str) -> dict[str, str]:
+    """``"a,b=1"`` as ``{"a": "", "b": "1"}``; a part this module does not know is refused."""
+    parts = {}
+    for item in filter(None, (piece.strip() for piece in text.split(","))):
+        name, _, value = item.partition("=")
+        if name not in PARTS:
+            raise ValueError(f"unknown part {name!r} (known: {', '.join(PARTS)})")
+        parts[name] = value
+    return parts
+
+
+def apply(parts: Mapping[str, str], sample: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+    """Take ``parts`` out of this process; the sampling function to use from now on."""
+    from gil_core.feedback import Feedback
+    from gil_core.memory.lancedb_memory import LanceDBMemory
+
+    if "no-lookups" in parts:
+
+        async def miss(self: LanceDBMemory, task: str, text: str, *, threshold: float) -> None:
+            return None
+
+        LanceDBMemory.lookup = miss  # type: ignore[assignment,method-assign]
+    if "no-memory-writes" in parts:
+
+        async def nothing(self: LanceDBMemory, *arguments: Any, **options: Any) -> None:
+            return None
+
+        LanceDBMemory.remember = nothing  # type: ignore[method-assign]
+        LanceDBMemory.forget = nothing  # type: ignore[method-assign]
+    if "shadows-once" in parts:
+        first = Feedback.shadows
+        kept: dict[str, Any] = {}
+
+        def once(self: Feedback, task: Any) -> Any:
+            if task.name not in kept:
+                kept[task.name] = first(self, task)
+            return kept[task.name]
+
+        Feedback.shadows = once  # type: ignore[method-assign]
+    if "metadata-cache" in parts:
+        defaults = LanceDBMemory.__init__.__kwdefaults__
+        assert defaults is not None, "LanceDBMemory takes its options by keyword"
+        defaults["metadata_cache_bytes"] = int(parts["metadata-cache"]) * 2**20
+
+    def sampled() -> dict[str, Any]:
+        if "trim" in parts:
+            ctypes.CDLL(None).malloc_trim(0)
+        line = sample()
+        if "regions" in parts:
+            line["regions"] = _regions()
+        return line
+
+    return sampled
+
+
+def _regions() -> list[tuple[str, int, int]]:
+    """(start, size KiB, resident KiB) of each anonymous mapping and of glibc's heap resident over 64 KiB."""
+    regions: list[tuple[str, int, int]] = []
+    current: tuple[str, int] | None = None
+    for row in Path("/proc/self/smaps").read_text(encoding="utf-8").splitlines():
+        head = row.split()
+        if head and "-" in head[0] and ":" not in head[0]:
+            start, end = (int(value, 16) for value in head[0].split("-"))
+            kind = head[5] if len(head) > 5 else "[anon]"
+            current = (head[0].split("-")[0], (end - start) >> 10) if kind in ("[anon]", "[heap]") else None
+        elif row.startswith("Rss:") and current is not None and int(head[1]) >= 64:
+            regions.append((*current, int(head[1])))
+    return regions
