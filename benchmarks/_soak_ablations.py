@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
+
+from benchmarks._proc_maps import mappings
 
 PARTS = ("no-lookups", "no-memory-writes", "shadows-once", "metadata-cache", "trim", "regions")
 ENVIRONMENT = "GIL_SOAK_ABLATE"
@@ -84,14 +85,8 @@ def apply(parts: Mapping[str, str], sample: Callable[[], dict[str, Any]]) -> Cal
 
 def _regions() -> list[tuple[str, int, int]]:
     """(start, size KiB, resident KiB) of each anonymous mapping and of glibc's heap resident over 64 KiB."""
-    regions: list[tuple[str, int, int]] = []
-    current: tuple[str, int] | None = None
-    for row in Path("/proc/self/smaps").read_text(encoding="utf-8").splitlines():
-        head = row.split()
-        if head and "-" in head[0] and ":" not in head[0]:
-            start, end = (int(value, 16) for value in head[0].split("-"))
-            kind = head[5] if len(head) > 5 else "[anon]"
-            current = (head[0].split("-")[0], (end - start) >> 10) if kind in ("[anon]", "[heap]") else None
-        elif row.startswith("Rss:") and current is not None and int(head[1]) >= 64:
-            regions.append((*current, int(head[1])))
-    return regions
+    return [
+        (mapping.start, mapping.size_kib, mapping.resident_kib)
+        for mapping in mappings()
+        if mapping.kind in ("[anon]", "[heap]") and mapping.resident_kib >= 64
+    ]

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from benchmarks import _soak_ablations
+from benchmarks._proc_maps import mappings
 from gil_core.batch import Ticket, Verdict, apply_verdicts, resolve_batch, ticket_trace_id
 from gil_core.batch_lock import hold_batch_turn_async
 from gil_core.errors import MemoryUnavailableError
@@ -133,14 +134,8 @@ def process_sample() -> dict[str, Any]:
     )
     in_use, free = _malloc_bytes()
     maps: dict[str, int] = {}  # resident bytes per kind of mapping: [heap], [anon], [stack], file (any path)
-    name = ""
-    for row in Path("/proc/self/smaps").read_text(encoding="utf-8").splitlines():
-        head = row.split()
-        if head and "-" in head[0] and len(head) >= 5 and ":" not in head[0]:
-            name = head[5] if len(head) > 5 else "[anon]"
-            name = "file" if name.startswith("/") else name
-        elif row.startswith("Rss:"):
-            maps[name] = maps.get(name, 0) + int(head[1]) * 1024
+    for mapping in mappings():
+        maps[mapping.kind] = maps.get(mapping.kind, 0) + mapping.resident_kib * 1024
     return {
         "rss_maps": maps,
         "py_blocks": sys.getallocatedblocks(),
