@@ -275,10 +275,10 @@ _RECORD = "`TelemetryStore.record_trace` (rows built, typed, queued)"
 _WALK = "tree walk (2 judge calls through `CallRecorder`)"
 _VERSION = "… memory: LanceDB table version check (at most every 0.5 s, and before each write)"
 _WAITING = "… the event loop waiting (`epoll`: LanceDB's threads)"
-_FLUSH = "group flushes, amortised (`TelemetryStore._flush`)"
+_FLUSH = "group flushes, amortised (`GroupCommits.flush`)"
 _RESOLVE_SPOT = ("gil_core/resolver.py", "resolve", _RESOLVE)
 _RECORD_SPOT = ("gil_core/telemetry/store.py", "record_trace", _RECORD)
-_FLUSH_SPOT = ("gil_core/telemetry/store.py", "_flush", _FLUSH)
+_FLUSH_SPOT = ("gil_core/telemetry/_group.py", "flush", _FLUSH)
 _HOT_SPOTS = (
     _RESOLVE_SPOT,
     ("gil_core/recall.py", "_lookup", _LOOKUP),

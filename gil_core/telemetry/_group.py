@@ -1,8 +1,28 @@
-"""Group commit for ``TelemetryStore`` (see the store's module doc, "Group commit"): appends queued in memory, then
-written as one file per table per group, every table validated once over the group's combined rows.
+"""Group commit for ``TelemetryStore``: appends queued in memory, then written as one file per table per group,
+every table validated once over the group's combined rows.
 
-``CommitGroup`` is what an open group holds (the queue, its limits, who listens for flushes); ``prepare`` turns a
-taken queue into one validated frame per table, setting aside the appends whose rows the schema rejects.
+``GroupCommits`` runs a store's group (its blocks, flushes and background thread); ``CommitGroup`` is what an open
+group holds (the queue, its limits, who listens for flushes); ``prepare`` turns a taken queue into one validated
+frame per table, setting aside the appends whose rows the schema rejects.
+
+Inside ``with store.group_commit(max_rows=…, max_delay_s=…):`` an append is typed at once (unknown columns and wrong
+types raise to the caller) and queued; returning from it does NOT mean durable. A flush takes the whole queue,
+validates each table's combined rows once, and writes ONE file per table in ``WRITE_ORDER`` (the store's atomic
+write, its module doc's "Append"; the flush lock keeps one group's files before the next's). It runs when
+``max_rows`` rows are queued, when the oldest queued append has waited ``max_delay_s`` (both on the group's
+background thread: the append that fills the group wakes it and returns), on ``flush()``, before this store object's
+``read``/``scan``/``stats`` (a process always reads its own writes), and on leaving the block; each of these waits
+for a flush under way, then writes what is queued. The append that fills a group flushes it itself instead when
+there is no thread (``max_delay_s=None``) and after a failed flush (so the error reaches an appender, as it would
+without the thread); and an append waits, writing itself, while the rows not yet durable (queued, or being written)
+exceed ``BACKLOG_GROUPS`` (4) groups' ``max_rows``: a group's memory is bounded however slow the disk. Acknowledged
+means flushed: ``flush()`` or leaving the block returned, or ``on_flush`` reported the rows. A SIGKILL loses what
+was queued and not flushed, never leaves a partial file, and leaves a flush cut between two tables as the store's
+module doc says of one request (per group here). Appends whose rows fail validation at flush time are left out whole
+(every table of that append), the rest is written, and the next ``flush()`` or the block's exit raises one
+``SchemaViolationError`` naming the table and each rejected append (its key values). Batches use it
+(``gil_core.batch.resolve_batch``): a ticket counts as resolved once its trace is flushed, and a rerun resolves
+again the tickets whose trace never was.
 """
 
 from __future__ import annotations
@@ -17,7 +37,7 @@ from typing import Any
 import polars as pl
 
 from gil_core.errors import SchemaViolationError
-from gil_core.telemetry._rows import conform
+from gil_core.telemetry._rows import conform, conformable
 from gil_core.telemetry.schemas import KEYS, TABLES, validate_frame
 
 __all__ = [
@@ -26,6 +46,7 @@ __all__ = [
     "CommitGroup",
     "FlushListener",
     "Flusher",
+    "GroupCommits",
     "Pending",
     "Prepared",
     "QueuedAppend",
@@ -307,3 +328,141 @@ class Flusher:
         self._signal.set()
         if threading.current_thread() is not self._thread:
             self._thread.join()
+
+
+class GroupCommits:
+    """The group commit of one store: the open group (if any), its flusher thread, and the appends it rejected
+    since they were last raised. ``write`` stores one validated frame of one table as a durable file (the store's
+    own atomic write); everything else about a group is here."""
+
+    def __init__(self, write: Callable[[str, pl.DataFrame], None]) -> None:
+        self._write = write
+        self._queue_lock = threading.Lock()  # the open group's queue, listeners and rejections
+        self._flush_lock = threading.RLock()  # one flush at a time: files of one group precede the next group's
+        self._group: CommitGroup | None = None
+        self._flusher: Flusher | None = None
+        self._rejected: list[SchemaViolationError] = []
+
+    def enter(self, max_rows: int, max_delay_s: float | None, on_flush: FlushListener | None) -> CommitGroup:
+        """Open a block: join the open group (its limits hold) or open one, with a flusher thread when
+        ``max_delay_s`` is set."""
+        with self._queue_lock:
+            group = self._group
+            if group is None:
+                group = self._group = CommitGroup(max_rows, max_delay_s)
+                if max_delay_s is not None:
+                    self._flusher = Flusher(group, self._queue_lock, self.flush)
+            group.depth += 1
+            if on_flush is not None:
+                group.listeners.append(on_flush)
+        return group
+
+    def enqueue(self, given: Mapping[str, Sequence[Mapping[str, Any]] | pl.DataFrame]) -> bool:
+        """Type ``given`` and queue it in the open group; False when no group is open, or it closed meanwhile
+        (the caller writes it directly)."""
+        group = self._group
+        if group is None:
+            return False
+        pending: dict[str, Pending] = {}
+        for table, rows in given.items():
+            if not isinstance(rows, pl.DataFrame) and conformable(table, rows):
+                pending[table] = [dict(row) for row in rows]
+            else:
+                pending[table] = conform(table, rows)  # raises now for unknown columns and wrong types
+        with self._queue_lock:
+            if self._group is not group:
+                return False
+            full = group.add(pending, time.monotonic())
+            flusher = self._flusher
+            # A full group is the flusher's to write, off this thread (the event loop's, in a batch); the caller
+            # writes it itself when there is no flusher, when the last flush failed (so it hears why), and when
+            # the flusher is this far behind (the backlog bound: the caller waits for it, then writes the rest).
+            inline = (full and (flusher is None or group.failing)) or group.backlogged()
+        if inline:
+            self.flush()
+        elif full:
+            assert flusher is not None
+            flusher.wake()
+        return True
+
+    def flush(self) -> None:
+        """Write everything queued (after a flush another thread is doing); put back what could not be written
+        and raise. Listeners hear of what was written before the flush lock is released (it is reentrant, so a
+        listener may read the store). Without an open group there is nothing to write."""
+        if self._group is None:
+            return
+        written: dict[str, pl.DataFrame] = {}
+        failure: BaseException | None = None
+        with self._flush_lock:
+            with self._queue_lock:
+                group = self._group
+                if group is None or not group.queue:
+                    return
+                appends = group.take()
+                listeners = list(group.listeners)
+            try:
+                prepared = prepare(appends)
+            except BaseException:
+                with self._queue_lock:
+                    group.put_back(appends)
+                    group.writing, group.failing = 0, True
+                raise
+            for error in prepared.rejected:
+                _log.warning("group commit: %s", error)
+            try:
+                for table, frame in prepared.frames.items():
+                    self._write(table, frame)
+                    written[table] = frame
+            except BaseException as exc:  # validated frames of the tables not written yet: written by a later flush
+                failure = exc
+                unwritten = {table: frame for table, frame in prepared.frames.items() if table not in written}
+                rows = sum(frame.height for frame in unwritten.values())
+                with self._queue_lock:
+                    group.put_back([QueuedAppend(0, dict(unwritten), rows, appends[0].queued_at)])
+            with self._queue_lock:
+                group.writing, group.failing = 0, failure is not None
+                self._rejected += prepared.rejected
+            if written:  # under the flush lock: once any flush returns, every earlier flush has been heard of
+                for listener in listeners:
+                    listener(written)
+        if failure is not None:
+            raise failure
+
+    def leave(self, group: CommitGroup, on_flush: FlushListener | None, *, quiet: bool) -> None:
+        """Leave a block: flush (again, if the last block leaves while rows still come in), close the group when
+        this was its last block, then raise what failed or was rejected, unless ``quiet`` (the block raised: its
+        own exception goes on, and a failed flush is logged)."""
+        failure: BaseException | None = None
+        while True:
+            try:
+                self.flush()
+            except BaseException as exc:
+                failure = exc
+            with self._queue_lock:
+                # (a flush under way on the flusher thread may yet fail and put its rows back: flush after it)
+                if failure is None and group.depth == 1 and (group.queue or group.writing):
+                    continue
+                group.depth -= 1
+                if on_flush is not None:
+                    group.listeners.remove(on_flush)
+                flusher = None
+                if group.depth == 0:  # anything still queued now was never acknowledged, and is dropped
+                    self._group, flusher, self._flusher = None, self._flusher, None
+                    if quiet:
+                        self._rejected = []  # logged when found; the block's own exception is what goes on
+                break
+        if flusher is not None:
+            flusher.stop()
+        if failure is not None and quiet:
+            _log.error("group commit: the last flush of a block that raised failed: %s", failure)
+        elif failure is not None:
+            raise failure
+        elif not quiet:
+            self.raise_rejected()
+
+    def raise_rejected(self) -> None:
+        """Raise one ``SchemaViolationError`` for the appends rejected since the last call (none: nothing)."""
+        with self._queue_lock:
+            rejected, self._rejected = self._rejected, []
+        if rejected:
+            raise rejected[0] if len(rejected) == 1 else combined_rejection(rejected)

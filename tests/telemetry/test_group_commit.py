@@ -140,10 +140,10 @@ def test_a_full_group_is_written_by_the_flusher_thread_not_by_the_append_that_fi
 
 
 def waiting_in_a_flush(thread: threading.Thread) -> bool:
-    """Whether ``thread`` is inside ``TelemetryStore._flush`` (an append that writes itself, or waits to)."""
+    """Whether ``thread`` is inside ``GroupCommits.flush`` (an append that writes itself, or waits to)."""
     frame = sys._current_frames().get(thread.ident or -1)
     while frame is not None:
-        if frame.f_code.co_name == "_flush" and frame.f_code.co_filename.endswith("store.py"):
+        if frame.f_code.co_name == "flush" and frame.f_code.co_filename.endswith("_group.py"):
             return True
         frame = frame.f_back
     return False

@@ -496,7 +496,7 @@ def test_a_long_lived_store_forgets_the_files_a_compaction_deleted(tmp_path: Pat
             assert compactor.compact("traces") >= 2
             assert store.read("traces").height == index + 1
     present = {str(path) for path in parquet_files(store, "traces")}
-    remembered = {key for key in [*store._sound, *store._compacted] if "/traces/" in key}
+    remembered = {key for key in [*store._checks.sound, *store._compacted] if "/traces/" in key}
     assert remembered <= present, sorted(remembered - present)[:3]
     assert sorted(store.read("traces")["trace_id"].to_list()) == sorted(f"t{index}" for index in range(60))
 
