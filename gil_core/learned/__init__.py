@@ -5,7 +5,7 @@ The task's ``learned_reflex`` key (``gil_core.tasks.LearnedPolicy``) turns it on
 similarity cut is read from the same log (``gil_core.learned.memory_cut``). The feedback queue
 (``gil_core.learned.queue``) asks for the verdicts that would teach it most."""
 
-from gil_core.learned.fit import SIGNIFICANCE, choose_rule, fit_state, node_rows, prior_texts
+from gil_core.learned.fit import fit_state, node_rows, prior_texts
 from gil_core.learned.judge import LearnedJudge, LearnedJudgment, audited, served_answer
 from gil_core.learned.learner import (
     LearnedStateWarning,
@@ -31,7 +31,8 @@ from gil_core.learned.queue import (
     read_unconfirmed,
     teaching_value,
 )
-from gil_core.learned.state import LearnedState, NodeModel, Prediction, read_state, write_state
+from gil_core.learned.rules import choose_rule
+from gil_core.learned.state import SIGNIFICANCE, LearnedState, NodeModel, Prediction, read_state, write_state
 
 __all__ = [
     "DEFAULT_RANDOM_SHARE",
