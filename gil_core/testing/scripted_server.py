@@ -1,59 +1,36 @@
-"""Fakes that behave like the real thing, for tests of Gil and of code built on it.
-
-They are working implementations, not mocks: ``ScriptedChatModel`` answers from a script the way the HTTP
-adapter would (logprobs only when asked, typed errors on failure), ``HashEmbeddingModel`` embeds
-deterministically without a model, and ``ScriptedOpenAIServer`` speaks the OpenAI-compatible protocol on
-loopback, so the httpx adapters are tested over a real socket, failure modes included.
-"""
+"""``ScriptedOpenAIServer``: an OpenAI-compatible HTTP server on loopback answering from a script, so the httpx
+adapters are tested over a real socket, failure modes included (scripted failures and a seeded fault mix)."""
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
-import math
 import random
 import socket
 import struct
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Literal, Self, cast, get_args
+from typing import Any, Self, cast, get_args
 
-from gil_core.errors import (
-    BadResponseError,
-    ConfigurationError,
-    ModelError,
-    ModelUnavailableError,
-    RateLimitedError,
+from gil_core.llm.ports import Completion
+from gil_core.testing._script import (
+    FailureKind,
+    ScriptedReply,
+    _count_words,
+    _Failure,
+    _Item,
+    _RawReply,
+    _realize,
+    _Script,
 )
-from gil_core.llm.ports import Completion, Embeddings, Message, ServerTimings, TokenLogprob, Usage
-from gil_core.telemetry.compat_fixture import write_compat_fixture
+from gil_core.testing.hash_embedding import HashEmbeddingModel
 
-__all__ = [
-    "FailureKind",
-    "HashEmbeddingModel",
-    "ManualClock",
-    "ReceivedRequest",
-    "ScriptedCall",
-    "ScriptedChatModel",
-    "ScriptedOpenAIServer",
-    "ScriptedReply",
-    "StreamedReply",
-    "write_compat_fixture",
-]
-
-FailureKind = Literal[
-    "refuse", "hang", "drip", "huge", "garbage", "no_logprobs", "empty", "truncated",
-    "400", "401", "404", "429", "500", "502", "503", "504",
-]  # fmt: skip
-"""What ``enqueue_failure`` can script; the numbers are HTTP statuses answered with an OpenAI error body.
-"drip" sends a 200 and then its body one byte at a time, never finishing; "huge" a 200 whose body runs to
-hundreds of MB, without a length (``ScriptedOpenAIServer``'s ``drip_seconds`` and ``huge_bytes``)."""
+__all__ = ["ReceivedRequest", "ScriptedOpenAIServer", "StreamedReply"]
 
 _MIX_ONLY = ("reset", "slow")
 """Faults a ``fault_mix`` draws besides every ``FailureKind``: "reset" resets the connection (TCP RST) after the
@@ -61,249 +38,8 @@ request was read, without a reply; "slow" sends the healthy reply after ``slow_s
 
 _CHAT_PATH = "/v1/chat/completions"
 _EMBEDDINGS_PATH = "/v1/embeddings"
-# "auto" timings: roughly a small model on a CPU, so energy fits over fake traffic see plausible magnitudes.
-_PROMPT_MS_PER_TOKEN = 1.0
-_PREDICTED_MS_PER_TOKEN = 10.0
 _MAX_HANG_SECONDS = 30.0
 _HUGE_CHUNK = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptedReply:
-    """One successful chat reply to script.
-
-    ``top_logprobs`` None means "certain of its content": the content itself with logprob 0.0 (when asked).
-    ``usage`` None counts words as tokens; ``timings`` "auto" derives llama.cpp-style timings from the usage.
-    ``omit_logprobs`` leaves logprobs out even when asked, as servers without logprob support do.
-    """
-
-    content: str = ""
-    top_logprobs: Sequence[tuple[str, float | None]] | None = None
-    usage: Usage | None = None
-    timings: ServerTimings | Literal["auto"] | None = "auto"
-    finish_reason: str | None = "stop"
-    omit_logprobs: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class _Failure:
-    kind: FailureKind
-    retry_after: float | str | None = None
-
-    def to_error(self, endpoint: str) -> ModelError:
-        """The error the HTTP adapter would raise after this failure (for the in-process fake)."""
-        if self.kind == "429":
-            retry_after = float(self.retry_after) if isinstance(self.retry_after, int | float) else None
-            return RateLimitedError("rate limited (scripted)", endpoint=endpoint, retry_after=retry_after)
-        if self.kind == "garbage":
-            return BadResponseError("reply is not JSON (scripted)", endpoint=endpoint)
-        if self.kind == "drip":
-            return ModelUnavailableError("the reply did not finish (scripted drip)", endpoint=endpoint)
-        if self.kind == "huge":
-            return BadResponseError("reply is larger than the cap (scripted)", endpoint=endpoint)
-        status = int(self.kind) if self.kind.isdigit() else None
-        kind = BadResponseError if status is not None and status < 500 else ModelUnavailableError
-        return kind(f"scripted failure {self.kind!r}", endpoint=endpoint, status=status)
-
-
-@dataclass(frozen=True, slots=True)
-class _RawReply:
-    status: int
-    body: Mapping[str, Any] | Sequence[Any] | bytes
-
-
-_Item = Completion | ScriptedReply | _Failure | _RawReply
-
-
-def _count_words(texts: Sequence[str]) -> int:
-    return sum(len(text.split()) for text in texts)
-
-
-def _realize(item: Completion | ScriptedReply, prompt: Sequence[str], asked: int, model: str) -> Completion:
-    """What the real adapter would return for ``item``: alternatives only when asked, at most ``asked``."""
-    if isinstance(item, ScriptedReply):
-        usage = item.usage or Usage(prompt_tokens=_count_words(prompt), completion_tokens=_count_words([item.content]))
-        timings = item.timings
-        if timings == "auto":
-            timings = ServerTimings(
-                prompt_ms=_PROMPT_MS_PER_TOKEN * usage.prompt_tokens,
-                predicted_ms=_PREDICTED_MS_PER_TOKEN * usage.completion_tokens,
-            )
-        alternatives = tuple(TokenLogprob(token, logprob) for token, logprob in item.top_logprobs or ())
-        item = Completion(item.content, alternatives, usage, timings, model, item.finish_reason)
-    if asked <= 0 or (item.content == "" and not item.top_logprobs):
-        return replace(item, top_logprobs=())
-    return replace(item, top_logprobs=(item.top_logprobs or (TokenLogprob(item.content, 0.0),))[:asked])
-
-
-class _Script:
-    """The queue of scripted replies shared by the in-process model and the HTTP server."""
-
-    def __init__(self) -> None:
-        self._queue: deque[_Item] = deque()
-        self._lock = threading.Lock()
-
-    @property
-    def pending(self) -> int:
-        """How many scripted replies are still queued."""
-        with self._lock:
-            return len(self._queue)
-
-    def enqueue(
-        self,
-        content: str | Completion | ScriptedReply = "",
-        *,
-        top_logprobs: Sequence[tuple[str, float | None]] | None = None,
-        usage: Usage | None = None,
-        timings: ServerTimings | Literal["auto"] | None = "auto",
-        finish_reason: str | None = "stop",
-    ) -> None:
-        """Queue one reply; keywords apply when ``content`` is text (a logprob of None means −∞)."""
-        if isinstance(content, str):
-            content = ScriptedReply(content, top_logprobs, usage, timings, finish_reason)
-        self._push(content)
-
-    def enqueue_failure(self, kind: FailureKind, *, retry_after: float | str | None = None) -> None:
-        """Queue one failure (several to test retries); ``retry_after`` (seconds, HTTP-date) is for "429"."""
-        if kind not in get_args(FailureKind):
-            raise ValueError(f"unknown failure {kind!r}; one of {get_args(FailureKind)}")
-        if kind == "empty":
-            self._push(ScriptedReply(""))
-        elif kind == "truncated":
-            self._push(ScriptedReply("The answer is", finish_reason="length"))
-        elif kind == "no_logprobs":
-            self._push(ScriptedReply("yes", omit_logprobs=True))
-        else:
-            self._push(_Failure(kind, retry_after))
-
-    def _push(self, item: _Item) -> None:
-        with self._lock:
-            self._queue.append(item)
-
-    def _take(self, accept: Callable[[_Item], bool]) -> _Item | None:
-        with self._lock:
-            if self._queue and accept(self._queue[0]):
-                return self._queue.popleft()
-            return None
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptedCall:
-    """One call a ``ScriptedChatModel`` received."""
-
-    messages: tuple[Message, ...]
-    kwargs: Mapping[str, Any]
-
-
-class ScriptedChatModel(_Script):
-    """In-process ``ChatModel`` answering from a script, then from ``responder(messages, **kwargs)`` if given: a
-    ``Completion``, or a ``ScriptedReply`` (made into one as a queued reply is).
-
-    Failures queued with ``enqueue_failure`` raise the typed error the HTTP adapter raises after its retries.
-    """
-
-    def __init__(
-        self, *, name: str = "scripted", responder: Callable[..., Completion | ScriptedReply] | None = None
-    ) -> None:
-        super().__init__()
-        self._name = name
-        self._responder = responder
-        self.history: list[ScriptedCall] = []
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    async def complete(
-        self,
-        messages: Sequence[Message],
-        *,
-        max_tokens: int,
-        temperature: float = 0.0,
-        top_logprobs: int = 0,
-        extra_body: Mapping[str, Any] | None = None,
-    ) -> Completion:
-        """The next scripted reply; ``ModelUnavailableError`` once the script ran out, without a responder."""
-        kwargs = {
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "top_logprobs": top_logprobs,
-            "extra_body": extra_body,
-        }
-        self.history.append(ScriptedCall(tuple(messages), kwargs))
-        endpoint = f"scripted://{self._name}"
-        item = self._take(lambda _: True)
-        if item is None and self._responder is not None:
-            item = self._responder(messages, **kwargs)
-        if item is None:
-            raise ModelUnavailableError("the script ran out: nothing queued and no responder", endpoint=endpoint)
-        if isinstance(item, _Failure):
-            raise item.to_error(endpoint)
-        if isinstance(item, _RawReply):  # pragma: no cover - only the server queues raw replies
-            raise TypeError("raw HTTP replies belong to ScriptedOpenAIServer")
-        if isinstance(item, ScriptedReply) and item.omit_logprobs and top_logprobs > 0:
-            raise BadResponseError(
-                f"no logprobs in the reply although top_logprobs={top_logprobs} was asked", endpoint=endpoint
-            )
-        return _realize(item, [message["content"] for message in messages], top_logprobs, self._name)
-
-
-class ManualClock:
-    """Monotonic seconds that move only when a test moves them (``now``, or ``advance``), for an injected
-    ``clock``. ``sleep`` records each wait and, when ``advance_on_sleep``, moves time on by it; nothing ever
-    really sleeps."""
-
-    def __init__(self, *, start: float = 1_000.0, advance_on_sleep: bool = False) -> None:
-        self.now = start
-        self.sleeps: list[float] = []
-        self._advance_on_sleep = advance_on_sleep
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        if self._advance_on_sleep:
-            self.now += seconds
-
-
-class HashEmbeddingModel:
-    """Deterministic ``EmbeddingModel``: character 3-grams hashed (blake2b) to signed buckets, L2-normalised.
-
-    Texts sharing many 3-grams get a high cosine, unrelated texts a cosine near 0; identical in every process.
-    """
-
-    def __init__(self, dimensions: int = 64, *, name: str = "hash-embedding") -> None:
-        if dimensions < 1:
-            raise ConfigurationError(f"dimensions must be at least 1, got {dimensions}")
-        self.dimensions = dimensions
-        self._name = name
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def embed_text(self, text: str) -> tuple[float, ...]:
-        """One text's unit vector (all zeros for a text without characters)."""
-        vector = [0.0] * self.dimensions
-        padded = f" {' '.join(text.lower().split())} "
-        for start in range(len(padded) - 2):
-            digest = hashlib.blake2b(padded[start : start + 3].encode(), digest_size=8).digest()
-            number = int.from_bytes(digest, "big")
-            vector[number % self.dimensions] += 1.0 if number >> 63 else -1.0
-        norm = math.sqrt(sum(x * x for x in vector))
-        return tuple(x / norm for x in vector) if norm else tuple(vector)
-
-    async def embed(self, texts: Sequence[str]) -> Embeddings:
-        """Vectors in order; ``usage.prompt_tokens`` counts words."""
-        return Embeddings(
-            vectors=tuple(self.embed_text(text) for text in texts),
-            usage=Usage(prompt_tokens=_count_words(texts)),
-            model=self._name,
-        )
 
 
 @dataclass(frozen=True, slots=True)
