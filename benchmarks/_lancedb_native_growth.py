@@ -16,7 +16,7 @@ import sys
 
 from benchmarks._soak_worker import _malloc_bytes
 from gil_core.memory import LanceDBMemory
-from gil_core.memory.lancedb_memory import lance_session
+from gil_core.memory.lance_tables import lance_session
 from gil_core.testing import HashEmbeddingModel
 
 CACHE_BYTES = 4 * 2**20

@@ -109,7 +109,8 @@ class LearnedSetup:
 async def train_learned(root: Path) -> LearnedSetup:
     """A resolver over its own store and memory, trained on the first ``TRAINED`` support requests; the held-out
     requests whose whole walk the learned judge serves (found by resolving each once, outside any timing)."""
-    from gil_core.batch import Ticket, Verdict, apply_verdicts, resolve_batch, ticket_trace_id
+    from gil_core.batch import Ticket, Verdict, resolve_batch, ticket_trace_id
+    from gil_core.batch_feedback import apply_verdicts
     from gil_core.local import MiniLMEmbeddingModel
 
     stream = support_stream()

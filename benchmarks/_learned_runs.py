@@ -19,7 +19,8 @@ import polars as pl
 
 from benchmarks._quality_streams import Request
 from gil_core.atomic import atomic_write_text
-from gil_core.batch import Ticket, Verdict, apply_verdicts, resolve_batch, ticket_trace_id
+from gil_core.batch import Ticket, Verdict, resolve_batch, ticket_trace_id
+from gil_core.batch_feedback import apply_verdicts
 from gil_core.llm import ChatModel
 from gil_core.runtime import open_runtime
 from gil_core.taskfile import TaskFile

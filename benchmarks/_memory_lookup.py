@@ -320,7 +320,7 @@ async def _profile_index(
     await memory.nearest(TASK, "query-0", 1)
     # The profile needs the held state itself: held after a connection, or served from the task's snapshot by a
     # memory that has not connected (gil_core.memory._snapshots).
-    served = memory._served.get(TASK)
+    served = memory._snapshots._served.get(TASK)
     state = memory._tasks.get(TASK) or (served.state if served is not None else None)
     assert isinstance(state, IndexedTask)
     profiler = cProfile.Profile()

@@ -27,7 +27,8 @@ from typing import Any, TypeVar
 
 from benchmarks import _soak_ablations
 from benchmarks._proc_maps import mappings
-from gil_core.batch import Ticket, Verdict, apply_verdicts, resolve_batch, ticket_trace_id
+from gil_core.batch import Ticket, Verdict, resolve_batch, ticket_trace_id
+from gil_core.batch_feedback import apply_verdicts
 from gil_core.batch_lock import hold_batch_turn_async
 from gil_core.errors import MemoryUnavailableError
 from gil_core.maintenance import compact_store
@@ -100,7 +101,7 @@ def accounted_bytes(runtime: Runtime) -> dict[str, int]:
     if grams is not None:  # the hash embedder's 3-gram cache (functools.lru_cache), where it has one
         dicts = [item for item in gc.get_referents(grams) if isinstance(item, dict)]
         sizes["hash embedder 3-gram cache"] = deep_size([max(dicts, key=len)], seen) if dicts else 0
-    lance = sys.modules.get("gil_core.memory.lancedb_memory")
+    lance = sys.modules.get("gil_core.memory.lance_tables")
     if lance is not None:  # native: LanceDB's caches in the process's session, bounded (METADATA_CACHE_BYTES)
         sizes["LanceDB caches (native)"] = sum(session.size_bytes for session in lance._SESSIONS.values())
     sizes["other reachable from the runtime"] = deep_size([runtime], seen)

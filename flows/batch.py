@@ -22,18 +22,17 @@ from gil_core.batch import (
     BadInput,
     BatchReport,
     Ticket,
-    apply_verdicts,
     chunk_sizes,
     iter_tickets,
-    model_endpoints,
     pending_chunks,
     read_verdicts,
     resolve_batch,
-    share_client_budget,
     write_results,
 )
+from gil_core.batch_feedback import apply_verdicts
 from gil_core.batch_lock import WAIT_SECONDS, hold_batch_turn_async, skipped_batch
 from gil_core.batch_scope import new_batch_id
+from gil_core.batch_workers import model_endpoints, share_client_budget
 from gil_core.reporting import decider_table, savings_markdown, stats_markdown, stats_table
 from gil_core.runtime import open_runtime
 from gil_core.savings_plot import savings_markdown_image

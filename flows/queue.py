@@ -6,10 +6,10 @@ the Prefect UI: above it every queued request with Gil's answer and why it is as
 below (unanswered, correct or wrong, and for a wrong one the right answer), every row unanswered until set. A
 correction on a task whose tree has answers names one of them: chosen from the tree's answer texts, or, for a
 template answer, written out filled in; written text that is none of the tree's answers is refused and reported.
-On resume the answered rows are applied like ``gil feedback`` (``gil_core.batch.apply_verdicts``: memory, habit
-statistics, and the learned judge refits); a trace given its verdict meanwhile (``gil feedback``, apply-feedback)
-keeps that verdict and counts once. Nobody answering within ``verdict_timeout`` leaves every row unanswered and
-the run Completed (an issued trace is not queued again: answer it with ``gil feedback``).
+On resume the answered rows are applied like ``gil feedback`` (``gil_core.batch_feedback.apply_verdicts``: memory,
+habit statistics, and the learned judge refits); a trace given its verdict meanwhile (``gil feedback``,
+apply-feedback) keeps that verdict and counts once. Nobody answering within ``verdict_timeout`` leaves every row
+unanswered and the run Completed (an issued trace is not queued again: answer it with ``gil feedback``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from pydantic import BaseModel, Field, create_model
 from flows._prefect import artifact_key, gil_task
 from flows.batch import publish_stats
 from flows.review import deadline_after, wait_for_answers
-from gil_core.batch import Verdict, apply_verdicts
+from gil_core.batch import Verdict
+from gil_core.batch_feedback import apply_verdicts
 from gil_core.habits.attribution import AnswerIndex
 from gil_core.learned import DEFAULT_RANDOM_SHARE
 from gil_core.ontology.model import OptionKind

@@ -1,4 +1,4 @@
-"""Batches: queued tickets resolved with bounded concurrency, idempotent by ticket id, and verdicts applied.
+"""Batches: queued tickets resolved with bounded concurrency, idempotent by ticket id.
 
 A ticket's trace id is derived from its task and ticket id, so a rerun (after a crash, or by a scheduler that
 fires twice) resolves only the tickets that have no trace yet, and never stores a second trace for a ticket.
@@ -7,6 +7,9 @@ One bad ticket is reported and skipped; the rest of the batch runs.
 A batch spread over several processes is cut into chunks (``plan_chunks``); each process opens its own runtime
 and resolves its chunks with ``resolve_batch``, and ``BatchReport.merged`` puts the reports back together. Since
 the trace id depends only on task and ticket, it does not matter which process resolved a ticket.
+
+Verdicts are applied by ``gil_core.batch_feedback``, and what a batch's processes share is said by
+``gil_core.batch_workers``; this module re-exports their public names.
 """
 
 from __future__ import annotations
@@ -17,11 +20,10 @@ import itertools
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import polars as pl
 
 from gil_core._ticket_files import (
@@ -35,19 +37,12 @@ from gil_core._ticket_files import (
     read_verdicts,
 )
 from gil_core.atomic import atomic_open
+from gil_core.batch_feedback import FeedbackReport, apply_verdicts
 from gil_core.batch_scope import batch_scope, new_batch_id
-from gil_core.errors import (
-    BatchFileError,
-    ConfigurationError,
-    GilError,
-    SchemaViolationError,
-    TelemetryError,
-    UnknownTraceError,
-)
+from gil_core.batch_workers import model_endpoints, share_client_budget
+from gil_core.errors import BatchFileError, ConfigurationError, GilError, SchemaViolationError, TelemetryError
 from gil_core.habits.attribution import habit_for_text
 from gil_core.resolver import Resolver
-from gil_core.settings import load_settings
-from gil_core.taskfile import ModelSpec, TaskFile
 from gil_core.tasks import TaskDefinition
 from gil_core.telemetry import TelemetryStore
 
@@ -154,22 +149,6 @@ class _TraceIds(Mapping[str, str]):
         if ticket_id not in self._ids:
             raise KeyError(ticket_id)
         return ticket_trace_id(self._task, ticket_id)
-
-
-@dataclass
-class FeedbackReport:
-    applied: int = 0
-    unchanged: int = 0
-    failed: list[BadInput] = field(default_factory=list)
-    not_learned: int = 0  # verdicts stored (applied or unchanged) that memory failed to learn: a rebuild replays them
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "applied": self.applied,
-            "unchanged": self.unchanged,
-            "failed": [str(item) for item in self.failed],
-            "not_learned": self.not_learned,
-        }
 
 
 def ticket_trace_id(task: str, ticket_id: str) -> str:
@@ -464,44 +443,6 @@ def plan_chunks(
     return [list(tickets[start:end]) for start, end in itertools.pairwise(bounds)]
 
 
-def model_endpoints(task_file: TaskFile) -> tuple[str, ...]:
-    """The model servers a task file's batch talks to, one key per server (``host:port``, or ``local`` for the
-    embedded server): what a concurrency bound shared by several processes is keyed by. In-process models
-    (``hash``, ``none``, the ``local`` embedder) are no server and have no key."""
-    specs = [task_file.chat_model, task_file.embedding_model]
-    if task_file.fallback_chat_model is not None:
-        specs.append(task_file.fallback_chat_model)
-    keys = [_endpoint(spec, chat=spec is not task_file.embedding_model) for spec in specs]
-    return tuple(dict.fromkeys(key for key in keys if key is not None))
-
-
-def _endpoint(spec: ModelSpec, *, chat: bool) -> str | None:
-    if spec.kind == "local":
-        return "local" if chat else None
-    if spec.kind != "remote" or spec.url is None:
-        return None
-    url = httpx.URL(spec.url)
-    return f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
-
-
-def share_client_budget(task_file: TaskFile, workers: int) -> TaskFile:
-    """The task file as one of ``workers`` processes should run it: each process has its own rate limiter (a
-    token bucket in memory), so each gets ``1/workers`` of the requests per second and of the burst, and the
-    processes together stay within the configured rate. A limiter that is off stays off."""
-    if workers < 1:
-        raise ConfigurationError(f"workers must be ≥ 1, got {workers}")
-    settings = load_settings(**task_file.client)
-    local_unlimited = task_file.chat_model.kind == "local" and "requests_per_second" not in task_file.client
-    if workers == 1 or settings.requests_per_second == 0 or local_unlimited:
-        return task_file
-    client = {
-        **task_file.client,
-        "requests_per_second": settings.requests_per_second / workers,
-        "burst": max(1, settings.burst // workers),
-    }
-    return replace(task_file, client=client)
-
-
 def write_results(
     store: TelemetryStore, task: TaskDefinition, tickets: BatchReport | Iterable[Ticket], out: str | Path
 ) -> int:
@@ -557,46 +498,3 @@ def _result_line(task: TaskDefinition, ticket_id: str, trace_id: str, row: Mappi
         "path": [step["node"] for step in json.loads(row["path"] or "[]")],
         "failure": row["failure"],
     }
-
-
-async def apply_verdicts(resolver: Resolver, task: TaskDefinition, verdicts: Iterable[Verdict]) -> FeedbackReport:
-    """Apply verdicts in order. A verdict the trace already carries is not applied twice (so a rerun after a
-    crash counts nothing twice); an unknown trace is reported and the rest go on."""
-    report = FeedbackReport()
-    given = _given_verdicts(resolver, task.name)
-    stored: list[str] = []
-    for verdict in verdicts:
-        correction = (verdict.correction or "").strip() or None
-        wanted = ("correct" if verdict.correct else "wrong", None if verdict.correct else correction)
-        if given.get(verdict.trace_id) == wanted:
-            report.unchanged += 1
-            stored.append(verdict.trace_id)
-            continue
-        try:
-            learned = await resolver.feedback(task, verdict.trace_id, verdict.correct, verdict.correction)
-        except UnknownTraceError as exc:
-            report.failed.append(BadInput(f"trace {verdict.trace_id!r}", str(exc)))
-            continue
-        given[verdict.trace_id] = wanted
-        report.applied += 1
-        report.not_learned += not learned  # stored, so applied; memory's failure was logged
-    # Verdicts already stored (a rerun): memory may not have learnt them before a crash, so teach them again
-    # (idempotent: an entry is keyed by its trace id); habit statistics are not counted twice.
-    for trace_id in stored:
-        report.not_learned += not await resolver.relearn(task, trace_id)
-    if report.applied:
-        await resolver.refresh_learned(task)  # the touched nodes refit before the next batch
-    return report
-
-
-def _given_verdicts(resolver: Resolver, task: str) -> dict[str, tuple[str, str | None]]:
-    store = resolver.store
-    rows = store.rescanning(
-        lambda: (
-            store.scan("traces")
-            .filter((pl.col("task") == task) & pl.col("feedback_verdict").is_not_null())
-            .select("trace_id", "feedback_verdict", "feedback_correction")
-            .collect()
-        )
-    )
-    return {row[0]: (row[1], row[2]) for row in rows.iter_rows()}

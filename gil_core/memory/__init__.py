@@ -15,7 +15,8 @@ from gil_core.memory.breaker import BreakerState, CircuitBreakingMemory
 from gil_core.memory.embedders import CallableEmbeddingModel, EmbeddingFunction
 from gil_core.memory.evidence import EntryEvidence, MemoryEvidence, wilson_lower_bound
 from gil_core.memory.guard import GuardVerdict, HitGuard
-from gil_core.memory.lancedb_memory import LanceDBMemory, MemoryCompaction, compact_memory
+from gil_core.memory.lance_tables import MemoryCompaction, compact_memory
+from gil_core.memory.lancedb_memory import LanceDBMemory
 from gil_core.memory.lexical_memory import LexicalMemory
 from gil_core.memory.ports import Memory, MemoryEntry, Recall
 from gil_core.memory.replay import FeedbackEvent, Verdict, plan_memory, rebuild_memory

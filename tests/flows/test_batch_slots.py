@@ -33,7 +33,7 @@ async def test_slots_left_taken_by_a_killed_batch_end_the_next_batch_with_the_fi
 
     import flows.batch
     from flows._prefect import endpoint_limit_name
-    from gil_core.batch import model_endpoints
+    from gil_core.batch_workers import model_endpoints
     from gil_core.taskfile import load_task_file
 
     with support_server({}, default=Script(answers=["None of these"])) as server:

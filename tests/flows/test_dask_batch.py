@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flows.cli import app
-from gil_core.batch import Ticket, model_endpoints, plan_chunks, share_client_budget, ticket_trace_id
+from gil_core.batch import Ticket, plan_chunks, ticket_trace_id
+from gil_core.batch_workers import model_endpoints, share_client_budget
 from gil_core.errors import ConfigurationError
 from gil_core.taskfile import load_task_file
 from gil_core.telemetry import TelemetryStore

@@ -12,7 +12,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gil_core.batch import Ticket, Verdict, apply_verdicts, resolve_batch, ticket_trace_id
+from gil_core.batch import Ticket, Verdict, resolve_batch, ticket_trace_id
+from gil_core.batch_feedback import apply_verdicts
 from gil_core.llm import ChatModel, EmbeddingModel, EmbeddingRecorder, OpenAICompatibleChatModel
 from gil_core.llm.trace_vectors import TraceVectorCache
 from gil_core.local import MiniLMEmbeddingModel

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from gil_core.batch import Ticket, Verdict, apply_verdicts, resolve_batch, ticket_trace_id
+from gil_core.batch import Ticket, Verdict, resolve_batch, ticket_trace_id
+from gil_core.batch_feedback import apply_verdicts
 from gil_core.learned import (
     Confirmed,
     LearnedLog,

@@ -115,7 +115,7 @@ async def test_lancedb_s_metadata_cache_is_bounded_per_process_across_many_write
     """Every write makes a table version whose metadata LanceDB caches (its default bound is 1 GiB, which a
     long-lived writer fills: issue 19's soak). The memory's connections share one session per bound: after 80
     writes and lookups through two instances its caches hold something, and never more than the bound."""
-    from gil_core.memory.lancedb_memory import lance_session
+    from gil_core.memory.lance_tables import lance_session
 
     bound = 2 << 20
     first = LanceDBMemory(tmp_path, HashEmbeddingModel(8), metadata_cache_bytes=bound)

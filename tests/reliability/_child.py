@@ -13,7 +13,8 @@ import asyncio
 import json
 import sys
 
-from gil_core.batch import apply_verdicts, read_verdicts
+from gil_core.batch import read_verdicts
+from gil_core.batch_feedback import apply_verdicts
 from gil_core.maintenance import compact_store
 from gil_core.runtime import open_runtime
 from gil_core.taskfile import load_task_file

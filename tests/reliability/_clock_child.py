@@ -19,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from gil_core.batch import Ticket, Verdict, apply_verdicts, resolve_batch, ticket_trace_id
+from gil_core.batch import Ticket, Verdict, resolve_batch, ticket_trace_id
+from gil_core.batch_feedback import apply_verdicts
 from gil_core.llm import OpenAICompatibleChatModel
 from gil_core.memory import LexicalMemory
 from gil_core.resolver import Resolver

@@ -18,7 +18,6 @@ from flows.cli import app
 from gil_core.batch import (
     Ticket,
     Verdict,
-    apply_verdicts,
     count_lines,
     iter_tickets,
     read_tickets,
@@ -26,6 +25,7 @@ from gil_core.batch import (
     resolve_batch,
     write_results,
 )
+from gil_core.batch_feedback import apply_verdicts
 from gil_core.batch_lock import hold_batch_turn
 from gil_core.client.oplog.jsonl import OPERATION_LOG_FOLDER, JsonLinesOperationLog
 from gil_core.errors import BatchFileError, ModelUnavailableError, TelemetryError, TreeFileError

@@ -16,7 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from gil_core.batch import Ticket, Verdict, apply_verdicts, resolve_batch
+from gil_core.batch import Ticket, Verdict, resolve_batch
+from gil_core.batch_feedback import apply_verdicts
 from gil_core.llm import OpenAICompatibleChatModel, OpenAICompatibleEmbeddingModel
 from gil_core.memory import LanceDBMemory
 from gil_core.resolver import Resolver

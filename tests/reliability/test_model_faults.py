@@ -18,7 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from gil_core.batch import Verdict, apply_verdicts, resolve_batch
+from gil_core.batch import Verdict, resolve_batch
+from gil_core.batch_feedback import apply_verdicts
 from gil_core.client import InProcessRequestCache
 from gil_core.llm import OpenAICompatibleChatModel
 from gil_core.memory import LanceDBMemory

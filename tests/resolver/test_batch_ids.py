@@ -9,7 +9,8 @@ from pathlib import Path
 
 import polars as pl
 
-from gil_core.batch import Ticket, Verdict, apply_verdicts, resolve_batch, ticket_trace_id
+from gil_core.batch import Ticket, Verdict, resolve_batch, ticket_trace_id
+from gil_core.batch_feedback import apply_verdicts
 from gil_core.resolver import Resolver
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import ScriptedChatModel, ScriptedReply

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gil_core.batch import Verdict, apply_verdicts
+from gil_core.batch import Verdict
+from gil_core.batch_feedback import apply_verdicts
 from gil_core.errors import GilError, SchemaViolationError
 from gil_core.feedback import TraceRow
 from gil_core.memory import LexicalMemory

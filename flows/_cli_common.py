@@ -1,0 +1,70 @@
+"""What every ``gil`` command shares: the consoles, the ``--task-file`` and ``--json`` options, the task file's
+loading, and errors printed as one line with a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from gil_core.errors import GilError
+
+if TYPE_CHECKING:
+    from gil_core.taskfile import TaskFile
+
+console = Console()
+errors = Console(stderr=True)
+T = TypeVar("T")
+
+TaskFileOption = Annotated[
+    Path | None,
+    typer.Option("--task-file", "-t", help="Task file (YAML). Default: $GIL_TASK_FILE, else ./gil.yaml."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for programs instead of tables.")]
+
+
+def fail(message: str) -> typer.Exit:
+    errors.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+def warn(label: str, item: object) -> None:
+    errors.print(f"[yellow]{label}[/yellow] {item}", highlight=False, soft_wrap=True)
+
+
+def guarded(work: Callable[[], T]) -> T:
+    """Run a command body; a Gil error or a missing file becomes one line on stderr and exit code 2."""
+    try:
+        return work()
+    except GilError as exc:
+        raise fail(str(exc)) from None
+    except FileNotFoundError as exc:
+        raise fail(f"{exc.filename}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise fail(str(exc)) from None
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    return guarded(lambda: asyncio.run(coroutine))
+
+
+def task_file(path: Path | None, **overrides: Any) -> TaskFile:
+    from gil_core.taskfile import load_task_file
+
+    chosen = path or Path(os.environ.get("GIL_TASK_FILE", "gil.yaml"))
+    return guarded(lambda: load_task_file(chosen, **overrides))
+
+
+def emit(data: Any, as_json: bool, render: Callable[[], None]) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
+    else:
+        render()

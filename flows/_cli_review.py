@@ -1,0 +1,131 @@
+"""The ``gil review`` commands: review rounds (promotion, deactivation, differentiation) proposed, then decided item
+by item, and the feedback queue that asks for the verdicts which would teach the learned judge most.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from flows._cli_common import JsonOption, TaskFileOption, console, emit, fail, guarded, run, task_file
+
+# Each command imports what it uses in its own body (flows/cli.py says why).
+
+review_app = typer.Typer(help="Review rounds: propose, then decide item by item.", no_args_is_help=True)
+
+
+def _review(kind: str, task_file_path: Path | None, as_json: bool) -> None:
+    from flows.review import review_path
+    from gil_core.reviews import deactivation_review, differentiation_review, promotion_review
+    from gil_core.runtime import open_runtime
+    from gil_core.telemetry import TelemetryStore
+
+    loaded = task_file(task_file_path)
+    store = TelemetryStore(loaded.store)
+
+    async def differentiate() -> Any:
+        async with open_runtime(loaded) as runtime:
+            if runtime.embedder is None:
+                raise fail("differentiation needs an embedding_model in the task file")
+            return await differentiation_review(store, loaded.task, runtime.embedder)
+
+    if kind == "promotion":
+        review = guarded(lambda: promotion_review(store, loaded.task))
+    elif kind == "deactivation":
+        review = guarded(lambda: deactivation_review(store, loaded.task))
+    else:
+        review = run(differentiate())
+    path = review.write(review_path(str(loaded.path), kind))
+    emit(
+        {"kind": kind, "file": str(path), "items": review.items},
+        as_json,
+        lambda: console.print(review.to_yaml() + f"\n{len(review.items)} items → {path}", highlight=False),
+    )
+
+
+@review_app.command()
+def promote(task_file_path: TaskFileOption = None, as_json: JsonOption = False) -> None:
+    """Propose recurring confirmed answers as new habits (net saving > 0), best first."""
+    _review("promotion", task_file_path, as_json)
+
+
+@review_app.command()
+def deactivate(task_file_path: TaskFileOption = None, as_json: JsonOption = False) -> None:
+    """Propose unreliable, disputed or stale habits for retirement."""
+    _review("deactivation", task_file_path, as_json)
+
+
+@review_app.command()
+def differentiate(task_file_path: TaskFileOption = None, as_json: JsonOption = False) -> None:
+    """Propose categories to split (near capacity) or add (unserved requests), and answers anchored too high."""
+    _review("differentiation", task_file_path, as_json)
+
+
+@review_app.command()
+def decide(
+    kind: Annotated[str, typer.Argument(help="promotion | deactivation | differentiation")],
+    item_id: Annotated[str, typer.Argument(help="The item's id from the review list.")],
+    decision: Annotated[str, typer.Argument(help="accepted | rejected | deferred")],
+    note: Annotated[str | None, typer.Option(help="Why (kept in the review log).")] = None,
+    task_file_path: TaskFileOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Record a decision. Accepting a promotion adds the habit to the tree file; accepting a retirement removes it."""
+    from gil_core.reviews import decide as record_decision
+    from gil_core.telemetry import TelemetryStore
+
+    loaded = task_file(task_file_path)
+    tree = guarded(lambda: record_decision(TelemetryStore(loaded.store), loaded.task, kind, item_id, decision, note))
+    changed = tree is not None
+    emit(
+        {"kind": kind, "item_id": item_id, "decision": decision, "tree_changed": changed},
+        as_json,
+        lambda: console.print(
+            f"{kind} {item_id}: {decision}" + (f" — {loaded.task.tree.source} updated" if changed else "")
+        ),
+    )
+
+
+@review_app.command("queue")
+def queue_command(
+    task_file_path: TaskFileOption = None,
+    size: Annotated[int, typer.Option("--size", help="Answers in the queue.")] = 20,
+    random_share: Annotated[
+        float,
+        typer.Option(
+            "--random-share",
+            help="Share of the queue drawn uniformly at random from all unconfirmed answers: the verdicts the "
+            "learned judge's rules read precision from.",
+        ),
+    ] = 0.3,
+    as_json: JsonOption = False,
+) -> None:
+    """Ask for the verdicts that would teach the learned judge most: unconfirmed answers where it is least sure,
+    requests far from anything confirmed, nodes close to being proven or withdrawn; a share drawn at random.
+    Prints the queue and records it as issued (an answer is asked about once). Answer it with `gil feedback`."""
+    from gil_core.runtime import issue_task_queue
+
+    loaded = task_file(task_file_path)
+    if size < 1:
+        raise fail(f"--size: at least 1, got {size}")
+    if not 0.0 <= random_share <= 1.0:
+        raise fail(f"--random-share: a share between 0 and 1, got {random_share}")
+    queue = run(issue_task_queue(loaded, size=size, random_share=random_share))
+    data = queue.to_json()
+
+    def render() -> None:
+        table = Table(title=f"feedback queue for {queue.task}: {len(queue.items)} of {queue.eligible} unconfirmed")
+        for column in ("trace", "request", "answer", "chosen", "why", "score"):
+            table.add_column(column, justify="right" if column == "score" else "left", overflow="fold")
+        for item in queue.items:
+            why = item.teaching.why if item.chosen_by == "queue" else f"random share ({item.teaching.why})"
+            table.add_row(
+                item.trace_id, item.request, item.answer or "—", item.chosen_by, why, f"{item.teaching.score:.3f}"
+            )
+        console.print(table)
+        console.print(f"recorded as issued (queue {queue.queue_id})" if queue.items else "nothing to ask about")
+
+    emit(data, as_json, render)
