@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from benchmarks._learned_setup import StreamSpec, _prior_texts, assistant_stream
 from benchmarks._quality_streams import ROOT, home_stream, support_stream
 from benchmarks._report import Row, Section, add_output_options, destination, markdown_table, publish
-from benchmarks.learned import StreamSpec, _prior_texts, assistant_stream
 from gil_core.learned import (
     Confirmed,
     LearnedLog,

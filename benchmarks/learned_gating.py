@@ -42,9 +42,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from benchmarks._learned_runs import normalized
+from benchmarks._learned_setup import top_category
 from benchmarks._report import Row, Section, add_output_options, destination, publish
 from benchmarks.feedback_queue import STREAMS, Embedded, embed_stream
-from benchmarks.learned import top_category
 from gil_core.learned import Confirmed, LearnedLog, LearnedState, Logged, VerdictDigest, fit_state
 from gil_core.learned.judge import audited
 from gil_core.learned.log import confirmed_path
