@@ -97,10 +97,6 @@ def accounted_bytes(runtime: Runtime) -> dict[str, int]:
             [getattr(feedback, "_evidence_by_task", None), getattr(feedback, "_shadows", None)], seen
         ),
     }
-    grams = getattr(sys.modules.get("gil_core.testing"), "_gram_bucket", None)
-    if grams is not None:  # the hash embedder's 3-gram cache (functools.lru_cache), where it has one
-        dicts = [item for item in gc.get_referents(grams) if isinstance(item, dict)]
-        sizes["hash embedder 3-gram cache"] = deep_size([max(dicts, key=len)], seen) if dicts else 0
     lance = sys.modules.get("gil_core.memory.lance_tables")
     if lance is not None:  # native: LanceDB's caches in the process's session, bounded (METADATA_CACHE_BYTES)
         sizes["LanceDB caches (native)"] = sum(session.size_bytes for session in lance._SESSIONS.values())
