@@ -339,7 +339,11 @@ TUNING_NOTE = (
     "are in, the margin after: +5.1 / +3.6 / +5.7, +2.2 / +2.9 / +4.7. The first of those changes only the first "
     "chunk's 7 picks and moves the means by +0.2 / −0.9 / +1.8: five tuning shuffles resolve about a point, and "
     "nothing tried is ahead of the smallest margin by more than that on both long streams. Shuffles 5–9 were not "
-    "rerun (nothing chosen). The smallest margin stays."
+    "rerun (nothing chosen). Tried on 2026-12-05 (a later sitting, same tuning shuffles), none kept: picks "
+    "stratified by what the judge predicts (the margin's best request of each predicted category first, then the "
+    "rest by margin; or of each predicted walk): +3.6 / +2.9 / +5.7, +4.0 / +4.3 / +5.7; the candidates narrowed "
+    "to the latest chunk's requests (the random share drawn from them too, which the queue may not do): +4.8 / "
+    "+4.0 / +4.7. The smallest margin stays."
 )
 
 
