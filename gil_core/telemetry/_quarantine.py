@@ -1,10 +1,21 @@
-"""Files of a table that do not decode, for ``TelemetryStore`` (see its module doc, "Files that do not decode"):
-how a broken file is told apart from a failed read, and what a file set aside still says.
+"""Files of a table that do not decode, for ``TelemetryStore``: how a broken file is told apart from a failed read,
+what a file set aside still says, and ``FileChecks``, which checks a store object's files and sets broken ones
+aside.
 
-A file is broken only on its own bytes' word: they do not decode as Parquet, or their footer types a column of the
-table otherwise than the table's schema does (a column the file lacks is a file written before it was added, and a
-column the table does not know one written by a newer version: both are fine). Reading and decoding are kept
-apart: a read that fails (an I/O error, a missing object, keys that may not read) says nothing about the file.
+Before a file is first read by a store object its footer is checked (once: files never change). A file whose bytes
+do not decode as Parquet (truncated, empty, not Parquet), or whose footer types a column of the table otherwise than
+the table's schema (``_files.stored_schema``; a column a file lacks, or one the table does not know, is a file of an
+older or newer version, and fine), is *broken*: reads skip it with a warning naming it, and it is moved into
+``<root>/quarantine/<table>/`` under its own name. A read whose pages fail to decode although every footer did finds
+the file by decoding each whole and sets it aside alike. Only the bytes decide: when Polars fails, the file is read
+whole and decoded in memory, so an I/O error, a missing object (a concurrent compaction: list again) or keys that
+may not read are raised and never move a file; a broken file that cannot be moved (read-only keys or file system)
+stays where it is, skipped. ``quarantined()`` lists what was set aside (stats report it); ``check()``
+(``gil doctor``) decodes every live file whole, and with ``repair`` moves the broken ones and puts back quarantined
+files whose columns cast to the table's types without loss. Writes never read old files, so they go on.
+
+Reading and decoding are kept apart: a read that fails (an I/O error, a missing object, keys that may not read)
+says nothing about the file.
 """
 
 from __future__ import annotations

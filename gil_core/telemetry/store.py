@@ -20,8 +20,7 @@ Durability model
   ``calls`` before ``traces``, so a visible trace always has its calls, and the counters after the trace. A
   writer killed between two of those files leaves the earlier ones: calls without their trace (harmless: the
   request is resolved again), or a trace without its counters (the walk's counters undercount by one request).
-* **Group commit**: ``_group`` (appends queued, then written as one file per table per group; acknowledged
-  once flushed).
+* **Group commit**: ``_group`` (appends queued, one file per table per group, acknowledged once flushed).
 * **Supersede.** Every stored row carries an internal ``_seq`` column, its order key (``read``/``scan`` drop
   it). In a keyed table (``schemas.KEYS``: ``traces`` by ``trace_id``, ``calls`` by ``call_id``,
   ``run_configs`` by ``task``, ``store_meta`` by ``key``, …) the row with the highest ``_seq`` per key wins on
@@ -50,18 +49,7 @@ Durability model
   compaction's write-then-delete could miss both the sources and their replacement). ``scan`` plans over
   the files present when it is called; if a compaction deletes one before ``collect()``, collect raises
   ``FileNotFoundError``: scan again.
-* **Files that do not decode.** Before a file is first read by a store object its footer is checked (once: files
-  never change). A file whose bytes do not decode as Parquet (truncated, empty, not Parquet), or whose footer types
-  a column of the table otherwise than the table's schema (``_stored_schema``; a column a file lacks, or one the
-  table does not know, is a file of an older or newer version, and fine), is *broken*: reads skip it with a
-  warning naming it, and it is moved into ``<root>/quarantine/<table>/`` under its own name. A read whose pages
-  fail to decode although every footer did finds the file by decoding each whole and sets it aside alike. Only
-  the bytes decide: when Polars fails, the file is read whole and decoded in memory, so an I/O error, a missing
-  object (a concurrent compaction: list again) or keys that may not read are raised and never move a file;
-  a broken file that cannot be moved (read-only keys or file system) stays where it is, skipped. ``quarantined()``
-  lists what was set aside (stats report it); ``check()`` (``gil doctor``) decodes every live file whole, and with
-  ``repair`` moves the broken ones and puts back quarantined files whose columns cast to the table's types without
-  loss. Writes never read old files, so they go on.
+* **Files that do not decode** are set aside in ``<root>/quarantine/<table>/``: ``_quarantine``'s module doc.
 * **Errors on object storage** are ``TelemetryError``s naming the table and the location; their text passes
   through ``S3Settings.redact`` and chains no exception that could carry a key. **In a local folder** a failed
   read, listing, write or compaction (a file where a folder should be, a file that cannot be opened) is a
@@ -375,6 +363,15 @@ class TelemetryStore:
             or any(not _PLAIN_NAME.fullmatch(part) or set(part) == {"."} for part in parts)
         ):
             raise TelemetryError(f"not a side folder of the store: {'/'.join(parts)!r}")
+        return self._folder_at(*parts)
+
+    def _folder(self, table: str) -> Folder:
+        if table not in TABLES:
+            raise TelemetryError(f"unknown table {table!r}; tables are {', '.join(TABLES)}")
+        return self._folder_at(table)
+
+    def _folder_at(self, *parts: str) -> Folder:
+        """The folder ``<root>/<parts…>``, made once per store object (names checked by the callers)."""
         key = "/".join(parts)
         folder = self._folders.get(key)
         if folder is None:
@@ -384,19 +381,6 @@ class TelemetryStore:
                 assert self._s3 is not None
                 folder = ObjectFolder(f"{self._location}/{key}", self._s3, self._filesystem)
             self._folders[key] = folder
-        return folder
-
-    def _folder(self, table: str) -> Folder:
-        if table not in TABLES:
-            raise TelemetryError(f"unknown table {table!r}; tables are {', '.join(TABLES)}")
-        folder = self._folders.get(table)
-        if folder is None:
-            if isinstance(self._location, Path):
-                folder = LocalFolder(self._location / table)
-            else:
-                assert self._s3 is not None
-                folder = ObjectFolder(f"{self._location}/{table}", self._s3, self._filesystem)
-            self._folders[table] = folder
         return folder
 
     def _guarded(self, table: str, what: str, run: Callable[[], _T]) -> _T:
