@@ -56,6 +56,7 @@ def expected_sections(parts: tuple[str, ...] = PARTS, *, local_model: bool = Tru
             "Speed: memory lookup (part B)",
             "Speed: telemetry (part B)",
             "Speed: commands in a fresh process",
+            "Speed: applying verdicts (part B)",
         ]
         if local_model:
             titles.append("Speed: prompt prefix reuse (part B)")

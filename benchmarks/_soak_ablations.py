@@ -8,7 +8,7 @@ opens its runtime; such a run prints only. The samples kept in ``DIR`` say what 
 
 Parts:
 - ``no-lookups``: memory answers every lookup with nothing (its writes go on).
-- ``no-memory-writes``: memory's remember and forget do nothing (no table: LanceDB is never loaded).
+- ``no-memory-writes``: memory's writes (remember, forget, change) do nothing (no table: LanceDB is never loaded).
 - ``shadows-once``: the shadow index is read once per task, not again after each round's verdicts.
 - ``metadata-cache=MIB``: LanceDB's metadata cache bound for memory, instead of its default.
 - ``trim``: glibc's ``malloc_trim(0)`` before each sample.
@@ -57,6 +57,7 @@ def apply(parts: Mapping[str, str], sample: Callable[[], dict[str, Any]]) -> Cal
 
         LanceDBMemory.remember = nothing  # type: ignore[method-assign]
         LanceDBMemory.forget = nothing  # type: ignore[method-assign]
+        LanceDBMemory.change = nothing  # type: ignore[method-assign]
     if "shadows-once" in parts:
         first = Feedback.shadows
         kept: dict[str, Any] = {}

@@ -1,12 +1,13 @@
 """Speed (issue #7, part B): what Gil itself costs per request, how memory lookup scales, how fast telemetry
 commits, how much of a judge prompt the local server serves from its prompt cache, and how long the commands take
-in a fresh process.
+in a fresh process, and how fast a verdicts file is applied.
 
 Every figure stands beside a baseline measured in the same run (the bare scripted model call, numpy brute force,
 a plain Parquet write, a bare durable file write), because on this shared 2-core machine seconds drift with the
 load while ratios hold. Where a target is missed, the section says where the time goes (cProfile).
 
-    uv run --extra local python -m benchmarks.speed [--quick] [--parts resolver,memory,telemetry,prefix,commands]
+    uv run --extra local python -m benchmarks.speed [--quick]
+        [--parts resolver,memory,telemetry,prefix,commands,feedback]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks._command_speed import commands_section, measure_commands
+from benchmarks._feedback_speed import feedback_section, measure_feedback
 from benchmarks._memory_lookup import LookupSizes, measure_lookup, memory_lookup_section
 from benchmarks._prefix_reuse import measure_prefix, prefix_section
 from benchmarks._report import Section, add_output_options, destination, publish
@@ -30,7 +32,7 @@ from benchmarks._telemetry_speed import measure_telemetry, telemetry_section
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "uv run --extra local python -m benchmarks.speed"
-PARTS = ("resolver", "memory", "telemetry", "prefix", "commands")
+PARTS = ("resolver", "memory", "telemetry", "prefix", "commands", "feedback")
 STATS_SECTION = "Stats over a large store"  # written by benchmarks/stats_speed.py
 
 
@@ -45,6 +47,8 @@ class Sizes:
     commits: int
     prefix_requests: int
     command_runs: int  # fresh processes per command
+    verdicts: int  # applied per run of each feedback arm
+    feedback_runs: int
 
 
 FULL = Sizes(
@@ -59,6 +63,8 @@ FULL = Sizes(
     commits=200,
     prefix_requests=16,
     command_runs=7,
+    verdicts=1000,
+    feedback_runs=3,
 )
 QUICK = Sizes(
     requests=30,
@@ -70,6 +76,8 @@ QUICK = Sizes(
     commits=20,
     prefix_requests=3,
     command_runs=2,
+    verdicts=200,
+    feedback_runs=1,
 )
 
 
@@ -107,6 +115,12 @@ def run(parts: Sequence[str], *, quick: bool, command: str) -> list[Section]:
             "prefix": (
                 "prompt prefix reuse on the local server",
                 lambda: prefix_section(asyncio.run(measure_prefix(sizes.prefix_requests, root / "prefix")), command),
+            ),
+            "feedback": (
+                f"{sizes.verdicts:,} verdicts applied, one at a time and a chunk at a time",
+                lambda: feedback_section(
+                    asyncio.run(measure_feedback(sizes.verdicts, sizes.feedback_runs, root / "feedback")), command
+                ),
             ),
         }
         for part in PARTS:

@@ -13,14 +13,15 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import polars as pl
 from cachetools import FIFOCache
 
+from gil_core._ticket_files import Verdict
 from gil_core.errors import GilError, SchemaViolationError, UnknownTraceError
 from gil_core.habits.attribution import attribute_verdict
 from gil_core.habits.costs import evidence_from_row
@@ -28,7 +29,8 @@ from gil_core.habits.counters import reliability_rows
 from gil_core.habits.shadows import build_shadow_index
 from gil_core.judge import Candidate
 from gil_core.learned import LearnedState, Learner
-from gil_core.memory import FeedbackEvent, Memory, Verdict, rebuild_memory
+from gil_core.memory import FeedbackEvent, Memory, MemoryChanges, rebuild_memory
+from gil_core.memory import Verdict as VerdictWord
 from gil_core.memory.evidence import MemoryEvidence
 from gil_core.tasks import TaskDefinition
 from gil_core.telemetry import TelemetryStore
@@ -36,7 +38,7 @@ from gil_core.traverse import Step
 from gil_core.verdicts import confirmed_answer
 from gil_core.wiring import require_learner
 
-__all__ = ["Feedback", "TraceRow"]
+__all__ = ["Feedback", "GivenVerdicts", "TraceRow"]
 
 _log = logging.getLogger(__name__)
 
@@ -105,7 +107,7 @@ class TraceRow:
             text=self.state,
             mode=self.mode,
             output=self.output,
-            verdict=cast(Verdict, self.feedback_verdict),
+            verdict=cast(VerdictWord, self.feedback_verdict),
             correction=self.feedback_correction,
             recall_source=self.recall_source,
         )
@@ -114,12 +116,23 @@ class TraceRow:
 _COLUMNS: tuple[str, ...] = tuple(item.name for item in fields(TraceRow))
 
 _REASON_CHARS = 500  # of a failure's text kept in ``unlearned_verdicts``: the log has it whole
+_NAMED_TRACES = 5  # trace ids a warning names when memory failed to learn a chunk of verdicts
 
 
 def _unlearned_row(task: str, trace_id: str, reason: str | None) -> dict[str, Any]:
     """A row of ``unlearned_verdicts``: memory failed to learn the verdict on ``trace_id`` (``reason``), or, with no
     reason, it caught up."""
     return {"trace_id": trace_id, "task": task, "at": datetime.now(UTC), "learned": reason is None, "reason": reason}
+
+
+@dataclass
+class GivenVerdicts:
+    """What ``Feedback.give_many`` did: how many verdicts it stored, the ones on traces the task does not have
+    (each its error; the others were stored all the same), and whether memory learned the stored ones."""
+
+    stored: int = 0
+    unknown: list[UnknownTraceError] = field(default_factory=list)
+    learned: bool = True
 
 
 class Feedback:
@@ -144,35 +157,77 @@ class Feedback:
         self._keep(TraceRow.from_row(row))
 
     async def give(self, task: TaskDefinition, trace_id: str, correct: bool, correction: str | None = None) -> bool:
-        """Record a verdict on a trace, then teach habit statistics and memory from it.
+        """Record a verdict on a trace, then teach habit statistics and memory from it (``give_many`` of one):
+        whether memory learned it. Raises ``UnknownTraceError`` when the task has no such trace."""
+        given = await self.give_many(task, [Verdict(trace_id, correct, correction)])
+        if given.unknown:
+            raise given.unknown[0]
+        return given.learned
 
-        The verdict is durable first. Returns whether memory learned it: a memory that fails is logged as a
-        warning, recorded in ``unlearned_verdicts`` (``gil stats`` counts it) and returns False (never swallowed:
-        ``apply_verdicts`` counts it as ``not_learned``), the verdict standing and a rebuild from the history
-        replaying it. A failure to record that raises (``TelemetryError``).
+    async def give_many(self, task: TaskDefinition, verdicts: Sequence[Verdict]) -> GivenVerdicts:
+        """Record verdicts on traces, in order, then teach habit statistics and memory from them.
+
+        The verdicts are durable first (one append for all of them), then memory learns them in one write
+        (``Memory.change``), as if each had been learned in turn. A verdict on a trace the task does not have is
+        returned in ``unknown`` and the others go on. A memory that fails is logged as a warning, each of the
+        verdicts recorded in ``unlearned_verdicts`` (``gil stats`` counts them) and ``learned`` is False (never
+        swallowed: ``apply_verdicts`` counts them as ``not_learned``), the verdicts standing and a rebuild from
+        the history replaying them. A failure to record raises (``TelemetryError``).
         """
-        row = self._trace(task.name, trace_id)
-        verdict = "correct" if correct else "wrong"
-        correction = correction.strip() if correction and correction.strip() else None
-        judged = replace(row, feedback_verdict=verdict, feedback_correction=correction if not correct else None)
-        deltas = attribute_verdict(
-            task.tree, mode=row.mode, steps=row.steps(), output=row.output, correct=correct, correction=correction
-        )
-        self._store.append_many({"traces": [judged.to_row()], "habit_reliability": reliability_rows(task.name, deltas)})
-        self._keep(judged)
+        given = GivenVerdicts()
+        found = self._traces(task.name, [verdict.trace_id for verdict in verdicts])
+        lessons: list[tuple[TraceRow, bool, str | None]] = []
+        traces: list[dict[str, Any]] = []
+        reliability: list[dict[str, Any]] = []
+        for verdict in verdicts:
+            row = found.get(verdict.trace_id)
+            if isinstance(row, UnknownTraceError):
+                given.unknown.append(row)
+                continue
+            assert row is not None
+            correction = verdict.correction.strip() if verdict.correction and verdict.correction.strip() else None
+            judged = replace(
+                row,
+                feedback_verdict="correct" if verdict.correct else "wrong",
+                feedback_correction=correction if not verdict.correct else None,
+            )
+            deltas = attribute_verdict(
+                task.tree,
+                mode=row.mode,
+                steps=row.steps(),
+                output=row.output,
+                correct=verdict.correct,
+                correction=correction,
+            )
+            traces.append(judged.to_row())
+            reliability.extend(reliability_rows(task.name, deltas))
+            found[verdict.trace_id] = judged  # a later verdict on the same trace reads this one
+            lessons.append((row, verdict.correct, correction))
+        if not lessons:
+            return given
+        self._store.append_many({"traces": traces, "habit_reliability": reliability})
+        given.stored = len(lessons)
+        for stored in traces:
+            self._keep(TraceRow.from_row(stored))
         self._shadows.pop(task.name, None)
         if task.policy.learned is not None and self._learner is not None:
             self._learner.note_feedback(task.name)
-        return await self._learn(task, row, correct, correction)
+        given.learned = await self._learn(task, lessons)
+        return given
 
-    async def relearn(self, task: TaskDefinition, trace_id: str) -> bool:
-        """Teach memory the verdict ``trace_id`` already carries (after a crash between storing a verdict and
-        memory learning it). Idempotent; habit statistics are not touched. A trace without a verdict: nothing."""
-        row = self._trace(task.name, trace_id)
-        if row.feedback_verdict is None or task.policy.memory_threshold is None or self._memory is None:
+    async def relearn(self, task: TaskDefinition, trace_ids: Sequence[str]) -> bool:
+        """Teach memory the verdicts ``trace_ids`` already carry (after a crash between storing verdicts and
+        memory learning them), in one write. Idempotent; habit statistics are not touched; a trace without a
+        verdict (or unknown to the task) teaches nothing. False when memory failed to learn them."""
+        if task.policy.memory_threshold is None or self._memory is None:
             return True
-        correct = row.feedback_verdict == "correct"
-        return await self._learn(task, row, correct, row.feedback_correction, count=False)
+        found = self._traces(task.name, trace_ids)
+        lessons = [
+            (row, row.feedback_verdict == "correct", row.feedback_correction)
+            for row in (found[trace_id] for trace_id in dict.fromkeys(trace_ids))
+            if isinstance(row, TraceRow) and row.feedback_verdict is not None
+        ]
+        return await self._learn(task, lessons, count=False)
 
     async def refresh_learned(self, task: TaskDefinition, *, force: bool = False) -> LearnedState | None:
         """Bring the task's learned judge up to the log: refit it when feedback arrived, when it is missing,
@@ -232,40 +287,57 @@ class Feedback:
         return cached
 
     async def _learn(
-        self, task: TaskDefinition, row: TraceRow, correct: bool, correction: str | None, *, count: bool = True
+        self, task: TaskDefinition, lessons: Sequence[tuple[TraceRow, bool, str | None]], *, count: bool = True
     ) -> bool:
-        """Memory learns a verdict: a wrong memory hit forgets its source; the confirmed answer is remembered.
-        True when it did (or had nothing to learn), False when memory failed (logged, and recorded in
-        ``unlearned_verdicts``; a later success on the same trace records that it caught up)."""
-        if task.policy.memory_threshold is None or self._memory is None:
+        """Memory learns verdicts (each a trace's row as answered, whether it was right, the correction), in one
+        write: a wrong memory hit forgets its source; a confirmed answer is remembered, else the trace's entry
+        is forgotten. The sources of wrong hits are forgotten in a write of their own first, so that a memory
+        which then fails to remember still stops serving an answer people marked wrong (as the reference's
+        memory did, one call at a time). True when it did (or had nothing to learn), False when memory failed
+        (logged, and each trace recorded in ``unlearned_verdicts``; a later success on a trace records that it
+        caught up)."""
+        if task.policy.memory_threshold is None or self._memory is None or not lessons:
             return True
-        source = row.recall_source
-        if count and row.mode == "memory" and source and task.name in self._evidence_by_task:
-            self._evidence_by_task[task.name].record(row.trace_id, source, correct)
-        try:
+        evidence = self._evidence_by_task.get(task.name) if count else None
+        withdrawn, changes = MemoryChanges(), MemoryChanges()
+        for row, correct, correction in lessons:
+            source = row.recall_source
+            if evidence is not None and row.mode == "memory" and source:
+                evidence.record(row.trace_id, source, correct)
             if row.mode == "memory" and not correct and source:
-                await self._memory.forget(task.name, source)
+                withdrawn.forget(source)
+                changes.forget(source)
             answer = confirmed_answer("correct" if correct else "wrong", row.output, correction)
             if answer and row.state:  # a private trace has no text to remember
-                await self._memory.remember(task.name, row.trace_id, row.state, answer)
+                changes.remember(row.trace_id, row.state, answer)
             else:  # nothing confirmed: a verdict given earlier on this trace no longer stands
-                await self._memory.forget(task.name, row.trace_id)
-        except (GilError, OSError) as exc:  # memory is a cache: the verdict is stored, and a rebuild replays it
+                changes.forget(row.trace_id)
+        trace_ids = list(dict.fromkeys(row.trace_id for row, _, _ in lessons))
+        try:
+            if len(withdrawn):
+                await self._memory.change(task.name, withdrawn)
+            await self._memory.change(task.name, changes)
+        except (GilError, OSError) as exc:  # memory is a cache: the verdicts are stored, and a rebuild replays them
+            named = ", ".join(trace_ids[:_NAMED_TRACES]) + (" …" if len(trace_ids) > _NAMED_TRACES else "")
+            which = (
+                f"verdict on trace {named}" if len(trace_ids) == 1 else f"verdicts on {len(trace_ids)} traces ({named})"
+            )
             _log.warning(
-                "task %r: memory did not learn the verdict on trace %s (%s: %s); rebuild-memory replays it",
+                "task %r: memory did not learn the %s (%s: %s); rebuild-memory replays them",
                 task.name,
-                row.trace_id,
+                which,
                 type(exc).__name__,
                 exc,
             )
             reason = f"{type(exc).__name__}: {exc}"[:_REASON_CHARS]
-            self._store.append("unlearned_verdicts", [_unlearned_row(task.name, row.trace_id, reason)])
-            self._unlearned_of(task.name).add(row.trace_id)
+            self._store.append("unlearned_verdicts", [_unlearned_row(task.name, key, reason) for key in trace_ids])
+            self._unlearned_of(task.name).update(trace_ids)
             return False
         unlearned = self._unlearned_of(task.name)
-        if row.trace_id in unlearned:
-            self._store.append("unlearned_verdicts", [_unlearned_row(task.name, row.trace_id, None)])
-            unlearned.discard(row.trace_id)
+        caught_up = [trace_id for trace_id in trace_ids if trace_id in unlearned]
+        if caught_up:
+            self._store.append("unlearned_verdicts", [_unlearned_row(task.name, key, None) for key in caught_up])
+            unlearned.difference_update(caught_up)
         return True
 
     def _unlearned_of(self, task: str) -> set[str]:
@@ -283,20 +355,34 @@ class Feedback:
             unlearned = self._unlearned[task] = set(rows["trace_id"].to_list())
         return unlearned
 
-    def _trace(self, task: str, trace_id: str) -> TraceRow:
+    def _traces(self, task: str, trace_ids: Sequence[str]) -> dict[str, TraceRow | UnknownTraceError]:
+        """Each trace's current row, or the error saying ``task`` has no such trace: the rows kept here, the
+        others in one scan of the traces table."""
+        found: dict[str, TraceRow | UnknownTraceError] = {}
         with self._recent_lock:
-            row = self._recent.get(trace_id)
-        if row is None:
+            for trace_id in trace_ids:
+                row = self._recent.get(trace_id)
+                if row is not None:
+                    found[trace_id] = row
+        missing = list(dict.fromkeys(trace_id for trace_id in trace_ids if trace_id not in found))
+        if missing:
             rows = self._store.rescanning(
-                lambda: self._store.scan("traces").filter(pl.col("trace_id") == trace_id).collect()
+                lambda: self._store.scan("traces").filter(pl.col("trace_id").is_in(missing)).collect()
             )
-            if rows.is_empty():
-                raise UnknownTraceError(f"no trace {trace_id!r} in {self._store.root}", trace_id=trace_id, task=task)
-            row = TraceRow.from_row(rows.row(0, named=True))
-        if row.task != task:
-            # Tenants never see each other's traces: say only that this task has no such trace.
-            raise UnknownTraceError(f"task {task!r} has no trace {trace_id!r}", trace_id=trace_id, task=task)
-        return row
+            for item in rows.iter_rows(named=True):
+                found[item["trace_id"]] = TraceRow.from_row(item)
+        for trace_id in trace_ids:
+            held = found.get(trace_id)
+            if held is None:
+                found[trace_id] = UnknownTraceError(
+                    f"no trace {trace_id!r} in {self._store.root}", trace_id=trace_id, task=task
+                )
+            elif isinstance(held, TraceRow) and held.task != task:
+                # Tenants never see each other's traces: say only that this task has no such trace.
+                found[trace_id] = UnknownTraceError(
+                    f"task {task!r} has no trace {trace_id!r}", trace_id=trace_id, task=task
+                )
+        return found
 
     def _keep(self, row: TraceRow) -> None:
         with self._recent_lock:

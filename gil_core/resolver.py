@@ -17,12 +17,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gil_core._redaction import unquote
+from gil_core._ticket_files import Verdict
 from gil_core.batch_scope import batch_columns
 from gil_core.diagnostics import MemoryOutcome
 from gil_core.errors import MemoryUnavailableError, ModelError
 from gil_core.fallback import Generation, TreeAnswerContract, run_procedure
 from gil_core.fallback.contracts import Contract
-from gil_core.feedback import Feedback
+from gil_core.feedback import Feedback, GivenVerdicts
 from gil_core.habits.attribution import ReliabilityDelta
 from gil_core.habits.counters import walk_rows
 from gil_core.learned import LearnedJudge, LearnedState, Learner
@@ -282,9 +283,13 @@ class Resolver:
         when memory failed to learn it (the verdict is stored all the same)."""
         return await self._feedback.give(task, trace_id, correct, correction)
 
-    async def relearn(self, task: TaskDefinition, trace_id: str) -> bool:
-        """Teach memory the verdict ``trace_id`` already carries (``Feedback.relearn``); False when it failed."""
-        return await self._feedback.relearn(task, trace_id)
+    async def feedback_many(self, task: TaskDefinition, verdicts: Sequence[Verdict]) -> GivenVerdicts:
+        """Record verdicts in order and teach them in one write each (``Feedback.give_many``)."""
+        return await self._feedback.give_many(task, verdicts)
+
+    async def relearn(self, task: TaskDefinition, trace_ids: Sequence[str]) -> bool:
+        """Teach memory the verdicts ``trace_ids`` already carry (``Feedback.relearn``); False when it failed."""
+        return await self._feedback.relearn(task, trace_ids)
 
     async def refresh_learned(self, task: TaskDefinition, *, force: bool = False) -> LearnedState | None:
         """Bring the task's learned judge up to the log (``Feedback.refresh_learned``)."""

@@ -130,6 +130,7 @@ PUBLIC = {
         "LanceDBMemory",
         "LexicalMemory",
         "Memory",
+        "MemoryChanges",
         "MemoryCompaction",
         "MemoryEntry",
         "Recall",

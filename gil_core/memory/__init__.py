@@ -18,7 +18,7 @@ from gil_core.memory.guard import GuardVerdict, HitGuard
 from gil_core.memory.lance_tables import MemoryCompaction, compact_memory
 from gil_core.memory.lancedb_memory import LanceDBMemory
 from gil_core.memory.lexical_memory import LexicalMemory
-from gil_core.memory.ports import Memory, MemoryEntry, Recall
+from gil_core.memory.ports import Memory, MemoryChanges, MemoryEntry, Recall
 from gil_core.memory.replay import FeedbackEvent, Verdict, plan_memory, rebuild_memory
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "LanceDBMemory",
     "LexicalMemory",
     "Memory",
+    "MemoryChanges",
     "MemoryCompaction",
     "MemoryEntry",
     "MemoryEvidence",

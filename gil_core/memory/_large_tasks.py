@@ -13,7 +13,7 @@ from gil_core.memory._memory_counts import MemoryStats
 from gil_core.memory._table_rows import COLUMNS, latest_rows
 from gil_core.memory._task_snapshots import TaskSnapshots
 from gil_core.memory._vectors import TaskVectors
-from gil_core.memory.lance_tables import sql_string
+from gil_core.memory.lance_tables import task_rows
 
 if TYPE_CHECKING:
     from lancedb.table import AsyncTable
@@ -103,7 +103,7 @@ class LargeTasks:
         it no longer is large, or misses too much to read by key."""
         if self._snapshots.index_generation(task) != state.snapshot.generation:
             return None
-        where = f"task = {sql_string(task)}"
+        where = task_rows(task)
         since = max(state.snapshot.last_created_us, state.seen_us - _TAIL_LAG_US)
         stamp = f"arrow_cast({since}, 'Timestamp(Microsecond, Some(\"UTC\"))')"
         with self._store_errors(task, "read its new entries"):
@@ -123,14 +123,8 @@ class LargeTasks:
                 self.index_if_large(task, loaded)
                 return loaded
             if missing:
-                keys = ", ".join(sql_string(key) for key in missing)
                 with self._store_errors(task, "read the entries its index misses"):
-                    data = (
-                        await table.query()
-                        .where(f"{where} AND key IN ({keys})")
-                        .select([*COLUMNS, "_rowaddr"])
-                        .to_arrow()
-                    )
+                    data = await table.query().where(task_rows(task, missing)).select([*COLUMNS, "_rowaddr"]).to_arrow()
                 rows = latest_rows(data)
                 state.learn(rows.entries, rows.vectors, rows.created)
         if not self.is_large(len(state)):

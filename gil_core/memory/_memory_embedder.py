@@ -60,6 +60,17 @@ class MemoryEmbedder:
             self._query_vectors.put(task, text, vector)
         return vector
 
+    async def vectors(self, task: str, texts: Sequence[str]) -> _Vectors:
+        """Vectors of ``texts`` in order: the kept query vectors (a text remembered right after its lookup embeds
+        nothing), the others embedded as ``embed_all`` does."""
+        kept = {text: vector for text in texts if (vector := self._query_vectors.get(task, text)) is not None}
+        missing = [text for text in texts if text not in kept]
+        if missing:
+            kept.update(zip(missing, await self.embed_all(task, missing), strict=True))
+        if not texts:
+            return np.zeros((0, self._dimensions() or 0), dtype=np.float32)
+        return np.stack([kept[text] for text in texts])
+
     async def embed_all(self, task: str, texts: Sequence[str]) -> _Vectors:
         """Vectors of ``texts`` in order; each distinct text is embedded once, in batches."""
         distinct = list(dict.fromkeys(texts))

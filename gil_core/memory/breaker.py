@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Literal, TypeVar
 
 from gil_core.errors import ConfigurationError, MemoryUnavailableError
-from gil_core.memory.ports import Memory, MemoryEntry, Recall
+from gil_core.memory.ports import Memory, MemoryChanges, MemoryEntry, Recall
 
 __all__ = ["BreakerState", "CircuitBreakingMemory"]
 
@@ -83,6 +83,11 @@ class CircuitBreakingMemory:
 
     async def forget(self, task: str, key: str) -> None:
         await self._inner.forget(task, key)
+
+    async def change(self, task: str, changes: MemoryChanges) -> None:
+        if not self._guard_writes or not changes.entries:  # forgetting is never refused, as ``forget``
+            return await self._inner.change(task, changes)
+        await self._guarded(task, lambda: self._inner.change(task, changes))
 
     async def entries(self, task: str) -> list[MemoryEntry]:
         return await self._inner.entries(task)

@@ -7,7 +7,7 @@ Never fork a process after it used LanceDB (hangs, lost writes): use spawn/forks
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -33,6 +33,7 @@ __all__ = [
     "locate_store",
     "merge_rows",
     "sql_string",
+    "task_rows",
 ]
 
 METADATA_CACHE_BYTES = 64 << 20
@@ -59,6 +60,14 @@ def lance_session(metadata_cache_bytes: int = METADATA_CACHE_BYTES, index_cache_
                 options["index_cache_size_bytes"] = index_cache_bytes
             session = _SESSIONS[key] = lancedb.Session(**options)
         return session
+
+
+def task_rows(task: str, keys: Sequence[str] | None = None) -> str:
+    """The filter of ``task``'s rows (of those of ``keys`` when given)."""
+    condition = f"task = {sql_string(task)}"
+    if keys is None:
+        return condition
+    return f"{condition} AND key IN ({', '.join(map(sql_string, keys))})" if keys else "false"
 
 
 def sql_string(value: str) -> str:
@@ -162,10 +171,11 @@ async def has_table(connection: AsyncConnection, name: str) -> bool:
             return False
 
 
-async def merge_rows(table: AsyncTable, rows: Any, *, replace_task: str | None) -> Any:
-    """Upsert ``rows`` by (task, key); with ``replace_task``, also delete that task's rows not in ``rows``."""
+async def merge_rows(table: AsyncTable, rows: Any, *, delete: str | None) -> Any:
+    """Upsert ``rows`` by (task, key) in one table version; with ``delete`` (a filter), also delete the rows it
+    matches that are not in ``rows``."""
     builder = table.merge_insert(["task", "key"]).when_matched_update_all().when_not_matched_insert_all()
-    if replace_task is not None:
-        builder = builder.when_not_matched_by_source_delete(f"task = {sql_string(replace_task)}")
+    if delete is not None:
+        builder = builder.when_not_matched_by_source_delete(delete)
     # On an AsyncTable ``execute`` returns a coroutine, though it is annotated with the sync table's result.
     return await cast(Awaitable[Any], builder.execute(rows))

@@ -58,9 +58,9 @@ from gil_core.memory.lance_tables import (
     lance_errors,
     locate_store,
     merge_rows,
-    sql_string,
+    task_rows,
 )
-from gil_core.memory.ports import MemoryEntry, Recall
+from gil_core.memory.ports import MemoryChanges, MemoryEntry, Recall
 from gil_core.storage import S3Settings
 
 if TYPE_CHECKING:
@@ -231,39 +231,50 @@ class LanceDBMemory:
         self._checked_at = None  # the next call looks at the tasks' indexes again
 
     async def remember(self, task: str, key: str, text: str, answer: str) -> None:
-        vector = await self._embedding.query_vector(task, text)
-        entry = MemoryEntry(key=key, text=text, answer=answer)
-        async with self._lock():
-            table = await self._open_table(task, create_dimensions=len(vector))
-            self._embedding.check_dimensions(task, vector)
-            state = await self._task_state(task, table, force=True)
-            created = max(_now_us(), state.last_created_us + 1)
-            rows = arrow_rows(task, [entry], vector[None, :], [created], self._dimensions or len(vector))
-            with self._snapshots.advancing(task), self._store_errors(task, "remember an entry"):
-                result = await merge_rows(table, rows, replace_task=None)
-            if isinstance(state, TaskVectors):
-                state.upsert(entry, vector, created)
-                self._large_tasks.index_if_large(task, state)
-            else:
-                state.learn([entry], vector[None, :], [created])
-                self._large_tasks.rebuild_if_stale(task, state)
-            self._after_write(result.version)
+        await self.change(task, MemoryChanges().remember(key, text, answer))
 
     async def forget(self, task: str, key: str) -> None:
+        await self.change(task, MemoryChanges().forget(key))
+
+    async def change(self, task: str, changes: MemoryChanges) -> None:
+        """One table version for all of ``changes`` (a merge that upserts the entries and deletes the forgotten
+        keys), or none when nothing held changes."""
+        entries = changes.entries
+        vectors = await self._embedding.vectors(task, [entry.text for entry in entries])
         async with self._lock():
-            table = await self._open_table(task, force=True)
-            if table is None:
-                return
+            if entries:
+                table = await self._open_table(task, create_dimensions=vectors.shape[1])
+                self._embedding.check_dimensions(task, vectors[0])
+            else:
+                found = await self._open_table(task, force=True)
+                if found is None:
+                    return  # no table: nothing to forget
+                table = found
             state = await self._task_state(task, table, force=True)
-            if isinstance(state, TaskVectors) and key not in state:
+            forgotten = [key for key in changes.forgotten if isinstance(state, IndexedTask) or key in state]
+            if not entries and not forgotten:
                 return  # nothing to delete: no new table version
-            with self._snapshots.advancing(task), self._store_errors(task, "forget an entry"):
-                result = await table.delete(f"task = {sql_string(task)} AND key = {sql_string(key)}")
+            first = max(_now_us(), state.last_created_us + 1)
+            created = [first + offset for offset in range(len(entries))]
+            with self._snapshots.advancing(task), self._store_errors(task, "change its entries"):
+                if entries:
+                    rows = arrow_rows(task, entries, vectors, created, self._dimensions or vectors.shape[1])
+                    result = await merge_rows(table, rows, delete=task_rows(task, forgotten) if forgotten else None)
+                else:
+                    result = await table.delete(task_rows(task, forgotten))
+            for key in forgotten:
+                if isinstance(state, IndexedTask):
+                    state.forget(key)
+                else:
+                    state.remove(key)
             if isinstance(state, IndexedTask):
-                state.forget(key)
+                if entries:
+                    state.learn(entries, vectors, created)
                 self._large_tasks.rebuild_if_stale(task, state)
             else:
-                state.remove(key)
+                for position, entry in enumerate(entries):
+                    state.upsert(entry, vectors[position], created[position])
+                self._large_tasks.index_if_large(task, state)
             self._after_write(result.version)
 
     async def rebuild(self, task: str, entries: Iterable[MemoryEntry]) -> None:
@@ -285,7 +296,7 @@ class LanceDBMemory:
             rows = arrow_rows(task, planned, vectors, created, dimensions)
             with self._snapshots.advancing(task), self._store_errors(task, "replace its entries"):
                 # One transaction: upsert the new entries and delete the task's others, or change nothing.
-                result = await merge_rows(table, rows, replace_task=task)
+                result = await merge_rows(table, rows, delete=task_rows(task))
             state = TaskVectors.from_rows(planned, vectors, dimensions=dimensions, created=created)
             self._tasks[task] = state
             self._after_write(result.version)
@@ -373,7 +384,7 @@ class LanceDBMemory:
         """Bring ``task``'s entries in step with the table: the rows written since it was read (their addresses
         are above its watermark), then — when the count says rows went — the deletions."""
         state = self._tasks[task]
-        where = f"task = {sql_string(task)}"
+        where = task_rows(task)
         if isinstance(state, IndexedTask):
             current = await self._large_tasks.in_step(task, table, state)
             if current is None:
@@ -422,7 +433,7 @@ class LanceDBMemory:
         generation = self._snapshots.settled(task)  # before the rows: a write during the read leaves the snapshot stale
         connection = await self._connect()
         table = await connection.open_table(self._table_name)
-        data = await table.query().where(f"task = {sql_string(task)}").select([*COLUMNS, "_rowaddr"]).to_arrow()
+        data = await table.query().where(task_rows(task)).select([*COLUMNS, "_rowaddr"]).to_arrow()
         rows = latest_rows(data)
         rows.generation = generation
         return rows
@@ -438,7 +449,7 @@ class LanceDBMemory:
         generation = self._snapshots.settled(task) if lookup else None  # before any read of the table
         if self._index is not None:
             with self._store_errors(task, "count its entries"):
-                count = await table.count_rows(f"task = {sql_string(task)}")
+                count = await table.count_rows(task_rows(task))
             if self._large_tasks.is_large(count):
                 indexed = await self._large_tasks.open(task, table, self._dimensions)
                 if indexed is not None:
@@ -452,7 +463,7 @@ class LanceDBMemory:
         task's exact snapshot (in the background, unless the task is large: its index is its snapshot)."""
         dimensions = self._dimensions or 0
         with self._store_errors(task, "load its entries"):
-            data = await table.query().where(f"task = {sql_string(task)}").select([*COLUMNS, "_rowaddr"]).to_arrow()
+            data = await table.query().where(task_rows(task)).select([*COLUMNS, "_rowaddr"]).to_arrow()
         self.stats.loads += 1
         if not data.num_rows:
             state = TaskVectors(dimensions)

@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 from gil_core.atomic import atomic_open
 from gil_core.errors import MemoryUnavailableError
 from gil_core.memory._rules import check_k, check_threshold, latest_per_key, search_results
-from gil_core.memory.ports import MemoryEntry, Recall
+from gil_core.memory.ports import MemoryChanges, MemoryEntry, Recall
 
 __all__ = ["LexicalMemory"]
 
@@ -152,6 +152,15 @@ class LexicalMemory:
     async def forget(self, task: str, key: str) -> None:
         with self._changing(task) as state:
             state.remove(key)
+
+    async def change(self, task: str, changes: MemoryChanges) -> None:
+        if not len(changes):
+            return
+        with self._changing(task) as state:
+            for key in changes.forgotten:
+                state.remove(key)
+            for entry in changes.entries:
+                state.upsert(entry)
 
     async def rebuild(self, task: str, entries: Iterable[MemoryEntry]) -> None:
         with self._changing(task) as state:

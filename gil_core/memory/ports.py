@@ -6,6 +6,8 @@ Rules every adapter keeps (tests run the same checks over each of them):
   another task's entries, whatever characters the task name holds.
 - Ranking is by similarity, best first; equal similarities go to the entry remembered EARLIEST. ``remember``
   of a key the task already holds replaces the entry and makes it the newest (it is remembered again, now).
+- ``change`` makes a task's remembers and forgets one write, as if they were made one by one in order: per key
+  the last one counts. ``remember`` and ``forget`` are a change of one.
 - A hit means similarity ≥ the threshold given to ``lookup``. Each adapter has its own similarity scale, so a
   threshold chosen for one adapter (or one embedding model) means nothing for another.
 """
@@ -18,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from gil_core.errors import InvalidArgumentError
 
-__all__ = ["Memory", "MemoryEntry", "Recall"]
+__all__ = ["Memory", "MemoryChanges", "MemoryEntry", "Recall"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,43 @@ class MemoryEntry:
     similarity: float | None = None
 
 
+class MemoryChanges:
+    """Remembers and forgets for one task, in the order they were made, to be written at once (``Memory.change``).
+
+    Per key the last one counts: ``entries`` are the keys last remembered, in the order of that last remember
+    (so a key remembered again is the newest), and ``forgotten`` the keys last forgotten, never one of them.
+    """
+
+    __slots__ = ("_latest",)
+
+    def __init__(self) -> None:
+        self._latest: dict[str, MemoryEntry | None] = {}  # per key, its last change: None forgets
+
+    def remember(self, key: str, text: str, answer: str) -> MemoryChanges:
+        self._latest.pop(key, None)  # to the end: the newest
+        self._latest[key] = MemoryEntry(key=key, text=text, answer=answer)
+        return self
+
+    def forget(self, key: str) -> MemoryChanges:
+        self._latest.pop(key, None)
+        self._latest[key] = None
+        return self
+
+    @property
+    def entries(self) -> list[MemoryEntry]:
+        return [entry for entry in self._latest.values() if entry is not None]
+
+    @property
+    def forgotten(self) -> list[str]:
+        return [key for key, entry in self._latest.items() if entry is None]
+
+    def __len__(self) -> int:
+        return len(self._latest)
+
+    def __repr__(self) -> str:
+        return f"MemoryChanges({len(self.entries)} remembered, {len(self.forgotten)} forgotten)"
+
+
 @runtime_checkable
 class Memory(Protocol):
     """Confirmed answers per task. Adapters raise ``MemoryUnavailableError`` when they cannot answer."""
@@ -98,6 +137,11 @@ class Memory(Protocol):
 
     async def forget(self, task: str, key: str) -> None:
         """Drop the entry ``key`` of ``task``; nothing happens when there is none."""
+        ...
+
+    async def change(self, task: str, changes: MemoryChanges) -> None:
+        """Make ``changes`` to ``task`` in one write: its ``entries`` remembered (in order), its ``forgotten``
+        dropped; all of them or, when it raises, none (an adapter that cannot promise that says so)."""
         ...
 
     async def rebuild(self, task: str, entries: Iterable[MemoryEntry]) -> None:

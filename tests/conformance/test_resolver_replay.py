@@ -17,7 +17,7 @@ import pytest
 
 from gil_core.fallback import TreeAnswerContract
 from gil_core.language import KOREAN
-from gil_core.memory import CallableEmbeddingModel, LanceDBMemory, Memory, MemoryEntry, Recall
+from gil_core.memory import CallableEmbeddingModel, LanceDBMemory, Memory, MemoryChanges, MemoryEntry, Recall
 from gil_core.ontology import TreeLintWarning, parse_tree
 from gil_core.resolver import Judging, Resolver
 from gil_core.tasks import TaskDefinition, TaskPolicy
@@ -54,6 +54,11 @@ class FaultyMemory:
 
     async def forget(self, task: str, key: str) -> None:
         await self.inner.forget(task, key)
+
+    async def change(self, task: str, changes: MemoryChanges) -> None:
+        if changes.entries:
+            self._check("remember")
+        await self.inner.change(task, changes)
 
     async def rebuild(self, task: str, entries: Iterable[MemoryEntry]) -> None:
         await self.inner.rebuild(task, entries)

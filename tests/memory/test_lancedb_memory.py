@@ -167,3 +167,29 @@ async def test_compact_memory_merges_each_write_s_file_and_old_versions_while_in
     assert {entry.key for entry in await writer.entries("support")} == expected
     with pytest.raises(InvalidArgumentError, match="keep_versions_for"):
         await compact_memory(tmp_path, keep_versions_for=timedelta(seconds=-1))
+
+
+async def test_a_change_of_many_entries_is_one_table_version_and_one_embedding_call(tmp_path: Path) -> None:
+    from gil_core.memory import MemoryChanges
+
+    hashed = HashEmbeddingModel(8)
+    batches: list[int] = []
+
+    def embed(texts: Sequence[str]) -> list[list[float]]:
+        batches.append(len(texts))
+        return [hashed.embed_text(text) for text in texts]
+
+    memory = LanceDBMemory(tmp_path, CallableEmbeddingModel(embed, name="counted"))
+    await memory.remember(TASK, "old", "printer jammed", "Open tray 2.")
+    versions = tmp_path / "memory.lance" / "_versions"
+    before, batches[:] = len(list(versions.glob("*.manifest"))), []
+    changes = MemoryChanges().forget("old")
+    for index in range(40):
+        changes.remember(f"t-{index}", f"where is parcel {index}", f"Parcel {index} is on its way.")
+    await memory.change(TASK, changes)
+    assert len(list(versions.glob("*.manifest"))) == before + 1
+    assert batches == [40]
+    fresh = LanceDBMemory(tmp_path, CallableEmbeddingModel(embed, name="counted"))
+    assert [entry.key for entry in await fresh.entries(TASK)] == [f"t-{index}" for index in range(40)]
+    await memory.change(TASK, MemoryChanges().forget("old").forget("never-held"))  # nothing held: no version
+    assert len(list(versions.glob("*.manifest"))) == before + 1

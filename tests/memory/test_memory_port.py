@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gil_core.memory import Memory, MemoryEntry, Recall
+from gil_core.memory import Memory, MemoryChanges, MemoryEntry, Recall
 from tests.memory._support import ADAPTERS, describe, open_memory
 
 TASK = "support"
@@ -106,6 +106,35 @@ async def test_forget_drops_one_entry_and_ignores_unknown_keys(memory: Memory) -
     assert recall is not None and recall.source == "t-2"
     await memory.forget(TASK, "t-2")
     assert await memory.lookup(TASK, "where is my refund", threshold=0.0) is None
+
+
+async def test_a_change_is_its_remembers_and_forgets_made_in_order(memory: Memory) -> None:
+    await memory.remember(TASK, "held", "printer jammed", "Open tray 2.")
+    await memory.remember(TASK, "kept", "cancel my order", "Cancelled.")
+    changes = (
+        MemoryChanges()
+        .remember("a", "where is my refund", "Soon.")
+        .remember("b", "is my parcel lost", "No.")
+        .forget("held")
+        .remember("a", "where is my refund", "3 to 5 working days")  # again: replaced, and now the newest
+        .remember("gone", "reset my password", "Use the link.")
+        .forget("gone")  # the last word on a key counts
+        .forget("never-held")
+    )
+    assert [entry.key for entry in changes.entries] == ["b", "a"]
+    assert changes.forgotten == ["held", "gone", "never-held"]
+    await memory.change(TASK, changes)
+    assert await memory.entries(TASK) == [
+        MemoryEntry("kept", "cancel my order", "Cancelled."),
+        MemoryEntry("b", "is my parcel lost", "No."),
+        MemoryEntry("a", "where is my refund", "3 to 5 working days"),
+    ]
+    recall = await memory.lookup(TASK, "where is my refund", threshold=0.9)
+    assert recall is not None and (recall.source, recall.answer) == ("a", "3 to 5 working days")
+    await memory.change(TASK, MemoryChanges().forget("kept").forget("b"))  # forgets only
+    await memory.change(TASK, MemoryChanges())  # nothing
+    await memory.change("elsewhere", MemoryChanges().forget("a"))  # another task: nothing of ours goes
+    assert [entry.key for entry in await memory.entries(TASK)] == ["a"]
 
 
 async def test_rebuild_replaces_everything_the_task_holds(memory: Memory) -> None:

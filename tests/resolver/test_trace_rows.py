@@ -15,7 +15,7 @@ from gil_core.batch import Verdict
 from gil_core.batch_feedback import apply_verdicts
 from gil_core.errors import GilError, SchemaViolationError
 from gil_core.feedback import TraceRow
-from gil_core.memory import LexicalMemory
+from gil_core.memory import LexicalMemory, MemoryChanges
 from gil_core.resolver import Resolver
 from gil_core.tasks import TaskDefinition
 from gil_core.telemetry import TelemetryStore
@@ -27,7 +27,7 @@ from tests.resolver._support import support_task
 class _Unlearning(LexicalMemory):
     """A memory that cannot be written to (a full disk, say)."""
 
-    async def remember(self, task: str, key: str, text: str, answer: str) -> None:
+    async def change(self, task: str, changes: MemoryChanges) -> None:
         raise GilError("memory is read-only")
 
 
@@ -78,7 +78,7 @@ async def test_verdicts_memory_failed_to_learn_are_applied_and_counted_not_learn
     with caplog.at_level(logging.WARNING, logger="gil_core.feedback"):
         report = await apply_verdicts(resolver, task, verdicts)
     assert (report.applied, report.unchanged, report.not_learned, report.failed) == (2, 0, 2, [])
-    assert "memory did not learn the verdict on trace b" in caplog.text
+    assert "memory did not learn the verdicts on 2 traces (a, b)" in caplog.text  # one write for the chunk
     rerun = await apply_verdicts(resolver, task, verdicts)  # stored already: relearned, and still not learned
     assert (rerun.applied, rerun.unchanged, rerun.not_learned) == (0, 2, 2)
     assert await memory.entries(task.name) == []
