@@ -76,7 +76,7 @@ QUICK = Sizes(
     commits=20,
     prefix_requests=3,
     command_runs=2,
-    verdicts=200,
+    verdicts=60,
     feedback_runs=1,
 )
 
