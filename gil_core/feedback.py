@@ -16,7 +16,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import polars as pl
 from cachetools import FIFOCache
@@ -125,12 +125,24 @@ def _unlearned_row(task: str, trace_id: str, reason: str | None) -> dict[str, An
     return {"trace_id": trace_id, "task": task, "at": datetime.now(UTC), "learned": reason is None, "reason": reason}
 
 
+class _Lesson(NamedTuple):
+    """A verdict as memory learns it: the trace's row as answered, whether it was right, the correction, and
+    whether the memory evidence counts it (not when it was counted before, on a verdict the trace carried)."""
+
+    row: TraceRow
+    correct: bool
+    correction: str | None
+    counted: bool
+
+
 @dataclass
 class GivenVerdicts:
-    """What ``Feedback.give_many`` did: how many verdicts it stored, the ones on traces the task does not have
-    (each its error; the others were stored all the same), and whether memory learned the stored ones."""
+    """What ``Feedback.give_many`` did: how many verdicts it stored, how many the traces carried already (not
+    stored again), the ones on traces the task does not have (each its error; the others went on), and whether
+    memory learned the stored and carried ones."""
 
     stored: int = 0
+    carried: int = 0
     unknown: list[UnknownTraceError] = field(default_factory=list)
     learned: bool = True
 
@@ -164,19 +176,24 @@ class Feedback:
             raise given.unknown[0]
         return given.learned
 
-    async def give_many(self, task: TaskDefinition, verdicts: Sequence[Verdict]) -> GivenVerdicts:
+    async def give_many(
+        self, task: TaskDefinition, verdicts: Sequence[Verdict], *, skip_carried: bool = False
+    ) -> GivenVerdicts:
         """Record verdicts on traces, in order, then teach habit statistics and memory from them.
 
         The verdicts are durable first (one append for all of them), then memory learns them in one write
         (``Memory.change``), as if each had been learned in turn. A verdict on a trace the task does not have is
-        returned in ``unknown`` and the others go on. A memory that fails is logged as a warning, each of the
-        verdicts recorded in ``unlearned_verdicts`` (``gil stats`` counts them) and ``learned`` is False (never
-        swallowed: ``apply_verdicts`` counts them as ``not_learned``), the verdicts standing and a rebuild from
-        the history replaying them. A failure to record raises (``TelemetryError``).
+        returned in ``unknown`` and the others go on. With ``skip_carried``, a verdict the trace carries already
+        (the same word and correction, stored before or earlier in ``verdicts``) is not stored or counted again
+        but taught to memory again with the others (``carried``: a rerun after a crash between storing verdicts
+        and memory learning them). A memory that fails is logged as a warning, each of the verdicts recorded in
+        ``unlearned_verdicts`` (``gil stats`` counts them) and ``learned`` is False (never swallowed:
+        ``apply_verdicts`` counts them as ``not_learned``), the verdicts standing and a rebuild from the history
+        replaying them. A failure to record raises (``TelemetryError``).
         """
         given = GivenVerdicts()
         found = self._traces(task.name, [verdict.trace_id for verdict in verdicts])
-        lessons: list[tuple[TraceRow, bool, str | None]] = []
+        lessons: list[_Lesson] = []
         traces: list[dict[str, Any]] = []
         reliability: list[dict[str, Any]] = []
         for verdict in verdicts:
@@ -186,11 +203,11 @@ class Feedback:
                 continue
             assert row is not None
             correction = verdict.correction.strip() if verdict.correction and verdict.correction.strip() else None
-            judged = replace(
-                row,
-                feedback_verdict="correct" if verdict.correct else "wrong",
-                feedback_correction=correction if not verdict.correct else None,
-            )
+            word, kept = ("correct", None) if verdict.correct else ("wrong", correction)
+            if skip_carried and (row.feedback_verdict, row.feedback_correction) == (word, kept):
+                given.carried += 1
+                lessons.append(_Lesson(row, verdict.correct, kept, counted=False))
+                continue
             deltas = attribute_verdict(
                 task.tree,
                 mode=row.mode,
@@ -199,35 +216,21 @@ class Feedback:
                 correct=verdict.correct,
                 correction=correction,
             )
+            judged = replace(row, feedback_verdict=word, feedback_correction=kept)
             traces.append(judged.to_row())
             reliability.extend(reliability_rows(task.name, deltas))
             found[verdict.trace_id] = judged  # a later verdict on the same trace reads this one
-            lessons.append((row, verdict.correct, correction))
-        if not lessons:
-            return given
-        self._store.append_many({"traces": traces, "habit_reliability": reliability})
-        given.stored = len(lessons)
-        for stored in traces:
-            self._keep(TraceRow.from_row(stored))
-        self._shadows.pop(task.name, None)
-        if task.policy.learned is not None and self._learner is not None:
-            self._learner.note_feedback(task.name)
+            lessons.append(_Lesson(row, verdict.correct, correction, counted=True))
+        if traces:
+            self._store.append_many({"traces": traces, "habit_reliability": reliability})
+            given.stored = len(traces)
+            for stored in traces:
+                self._keep(TraceRow.from_row(stored))
+            self._shadows.pop(task.name, None)
+            if task.policy.learned is not None and self._learner is not None:
+                self._learner.note_feedback(task.name)
         given.learned = await self._learn(task, lessons)
         return given
-
-    async def relearn(self, task: TaskDefinition, trace_ids: Sequence[str]) -> bool:
-        """Teach memory the verdicts ``trace_ids`` already carry (after a crash between storing verdicts and
-        memory learning them), in one write. Idempotent; habit statistics are not touched; a trace without a
-        verdict (or unknown to the task) teaches nothing. False when memory failed to learn them."""
-        if task.policy.memory_threshold is None or self._memory is None:
-            return True
-        found = self._traces(task.name, trace_ids)
-        lessons = [
-            (row, row.feedback_verdict == "correct", row.feedback_correction)
-            for row in (found[trace_id] for trace_id in dict.fromkeys(trace_ids))
-            if isinstance(row, TraceRow) and row.feedback_verdict is not None
-        ]
-        return await self._learn(task, lessons, count=False)
 
     async def refresh_learned(self, task: TaskDefinition, *, force: bool = False) -> LearnedState | None:
         """Bring the task's learned judge up to the log: refit it when feedback arrived, when it is missing,
@@ -286,9 +289,7 @@ class Feedback:
             self._shadows[task.name] = cached
         return cached
 
-    async def _learn(
-        self, task: TaskDefinition, lessons: Sequence[tuple[TraceRow, bool, str | None]], *, count: bool = True
-    ) -> bool:
+    async def _learn(self, task: TaskDefinition, lessons: Sequence[_Lesson]) -> bool:
         """Memory learns verdicts (each a trace's row as answered, whether it was right, the correction), in one
         write: a wrong memory hit forgets its source; a confirmed answer is remembered, else the trace's entry
         is forgotten. The sources of wrong hits are forgotten in a write of their own first, so that a memory
@@ -298,11 +299,11 @@ class Feedback:
         caught up)."""
         if task.policy.memory_threshold is None or self._memory is None or not lessons:
             return True
-        evidence = self._evidence_by_task.get(task.name) if count else None
+        evidence = self._evidence_by_task.get(task.name)
         withdrawn, changes = MemoryChanges(), MemoryChanges()
-        for row, correct, correction in lessons:
+        for row, correct, correction, counted in lessons:
             source = row.recall_source
-            if evidence is not None and row.mode == "memory" and source:
+            if counted and evidence is not None and row.mode == "memory" and source:
                 evidence.record(row.trace_id, source, correct)
             if row.mode == "memory" and not correct and source:
                 withdrawn.forget(source)
@@ -312,7 +313,7 @@ class Feedback:
                 changes.remember(row.trace_id, row.state, answer)
             else:  # nothing confirmed: a verdict given earlier on this trace no longer stands
                 changes.forget(row.trace_id)
-        trace_ids = list(dict.fromkeys(row.trace_id for row, _, _ in lessons))
+        trace_ids = list(dict.fromkeys(lesson.row.trace_id for lesson in lessons))
         try:
             if len(withdrawn):
                 await self._memory.change(task.name, withdrawn)

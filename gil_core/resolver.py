@@ -283,13 +283,11 @@ class Resolver:
         when memory failed to learn it (the verdict is stored all the same)."""
         return await self._feedback.give(task, trace_id, correct, correction)
 
-    async def feedback_many(self, task: TaskDefinition, verdicts: Sequence[Verdict]) -> GivenVerdicts:
-        """Record verdicts in order and teach them in one write each (``Feedback.give_many``)."""
-        return await self._feedback.give_many(task, verdicts)
-
-    async def relearn(self, task: TaskDefinition, trace_ids: Sequence[str]) -> bool:
-        """Teach memory the verdicts ``trace_ids`` already carry (``Feedback.relearn``); False when it failed."""
-        return await self._feedback.relearn(task, trace_ids)
+    async def feedback_many(
+        self, task: TaskDefinition, verdicts: Sequence[Verdict], *, skip_carried: bool = False
+    ) -> GivenVerdicts:
+        """Record verdicts in order, stored in one append and taught in one write (``Feedback.give_many``)."""
+        return await self._feedback.give_many(task, verdicts, skip_carried=skip_carried)
 
     async def refresh_learned(self, task: TaskDefinition, *, force: bool = False) -> LearnedState | None:
         """Bring the task's learned judge up to the log (``Feedback.refresh_learned``)."""

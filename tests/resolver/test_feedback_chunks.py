@@ -51,14 +51,13 @@ async def test_a_chunk_of_verdicts_is_one_append_and_one_memory_write_and_teache
     assert len(list(manifests.glob("*.manifest"))) == 2  # the table created (empty), then the chunk's one write
     assert _files(tmp_path / "chunk" / "store" / "traces") == trace_files + 1
     entries = await memory.entries(task.name)
-    assert [entry.key for entry in entries] == ["t-1", "t-2", "t-3", "t-4", "t-0"]
-    assert entries[-1] == MemoryEntry("t-0", "where is refund number 0?", "Refunds take five days.")
+    assert [entry.key for entry in entries] == ["t-2", "t-3", "t-4", "t-0", "t-1"]  # t-1 taught again: the newest
+    assert entries[-2] == MemoryEntry("t-0", "where is refund number 0?", "Refunds take five days.")
 
     _, alone, one_by_one = await _resolved(tmp_path / "one")
     single = await apply_verdicts(one_by_one, task, VERDICTS, chunk=1)
     assert (single.applied, single.unchanged, len(single.failed)) == (7, 1, 1)
-    # The same entries (one at a time, the repeat on t-1 is taught again as a stored verdict: it is the newest).
-    assert sorted(await alone.entries(task.name), key=lambda entry: entry.key) == sorted(entries, key=lambda e: e.key)
+    assert await alone.entries(task.name) == entries
     versions = tmp_path / "one" / "memory" / "memory.lance" / "_versions"
     assert len(list(versions.glob("*.manifest"))) >= 6  # a write per verdict that changed what memory holds
 
