@@ -137,6 +137,15 @@ async def test_a_change_is_its_remembers_and_forgets_made_in_order(memory: Memor
     assert [entry.key for entry in await memory.entries(TASK)] == ["a"]
 
 
+async def test_a_change_forgetting_an_injection_shaped_key_forgets_only_that_key(memory: Memory) -> None:
+    nasty = "k' OR '1'='1"
+    await memory.change(TASK, MemoryChanges().remember("k1", "where is my refund", "Soon.").remember(nasty, "x", "y"))
+    await memory.remember("billing", "k2", "where is my refund", "Ask billing.")
+    await memory.change(TASK, MemoryChanges().forget(nasty).forget("k2' OR task = 'billing"))
+    assert [entry.key for entry in await memory.entries(TASK)] == ["k1"]
+    assert [entry.key for entry in await memory.entries("billing")] == ["k2"]
+
+
 async def test_rebuild_replaces_everything_the_task_holds(memory: Memory) -> None:
     await memory.remember(TASK, "old", "printer jammed", "Open tray 2.")
     planned = [MemoryEntry(f"r-{index}", f"question number {index}", f"answer {index}") for index in range(12)]
