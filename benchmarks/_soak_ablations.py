@@ -14,6 +14,8 @@ Parts:
 - ``trim``: glibc's ``malloc_trim(0)`` before each sample.
 - ``regions``: each sample also lists the anonymous mappings and glibc's heap resident over 64 KiB (start,
   size and resident KiB), to diff between rounds.
+- ``tracemalloc=N``: Python's allocations traced from the N-th sample on (10 frames); each later sample lists
+  the 15 call sites whose live bytes grew most since then (``tracemalloc``'s own diff). Slows the worker.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from benchmarks._proc_maps import mappings
 
-PARTS = ("no-lookups", "no-memory-writes", "shadows-once", "metadata-cache", "trim", "regions")
+PARTS = ("no-lookups", "no-memory-writes", "shadows-once", "metadata-cache", "trim", "regions", "tracemalloc")
 ENVIRONMENT = "GIL_SOAK_ABLATE"
 
 
@@ -73,15 +75,42 @@ def apply(parts: Mapping[str, str], sample: Callable[[], dict[str, Any]]) -> Cal
         assert defaults is not None, "LanceDBMemory takes its options by keyword"
         defaults["metadata_cache_bytes"] = int(parts["metadata-cache"]) * 2**20
 
+    traced: list[Any] = []  # the first snapshot, once tracing started
+    samples = 0
+
     def sampled() -> dict[str, Any]:
+        nonlocal samples
         if "trim" in parts:
             ctypes.CDLL(None).malloc_trim(0)
         line = sample()
         if "regions" in parts:
             line["regions"] = _regions()
+        samples += 1
+        if "tracemalloc" in parts:
+            line |= _traced(traced, samples, int(parts["tracemalloc"] or 3))
         return line
 
     return sampled
+
+
+def _traced(first: list[Any], samples: int, start: int) -> dict[str, Any]:
+    """Start tracing at the ``start``-th sample; after it, the call sites whose live bytes grew most since."""
+    import tracemalloc
+
+    if samples < start:
+        return {}
+    if not first:
+        tracemalloc.start(10)
+        first.append(tracemalloc.take_snapshot())
+        return {}
+    growth = tracemalloc.take_snapshot().compare_to(first[0], "traceback")
+    return {
+        "traced_growth": sum(stat.size_diff for stat in growth),
+        "traced_top": [
+            {"kib": round(stat.size_diff / 1024, 1), "count": stat.count_diff, "where": stat.traceback.format()[-6:]}
+            for stat in growth[:15]
+        ],
+    }
 
 
 def _regions() -> list[tuple[str, int, int]]:
