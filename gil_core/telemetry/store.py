@@ -108,6 +108,9 @@ __all__ = ["FileCheck", "QuarantinedFile", "StoreCheck", "TelemetryStore"]
 
 _READ_ATTEMPTS = 20
 _WRITTEN_IDS = 200_000  # trace ids ``traced`` keeps of the files this object wrote (~20 MB); past it, it scans
+# Files this object writes to a table without listing it before it lists the table's names once, to forget those a
+# compaction deleted (a batch process writes ``calls`` on every group commit and never reads it).
+_WRITES_BEFORE_FORGETTING = 200
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _T = TypeVar("_T")
 _log = logging.getLogger(__name__)
@@ -139,6 +142,7 @@ class TelemetryStore:
         # traces files this object wrote → each trace id in it → its task (see ``traced``), up to a bound of ids
         self._written_traces: dict[str, dict[str, str]] = {}
         self._written_ids = 0
+        self._unlisted_writes: dict[str, int] = {}  # per table: files written since this object last listed it
 
     def __repr__(self) -> str:
         return f"TelemetryStore({str(self._location)!r})"
@@ -426,6 +430,9 @@ class TelemetryStore:
                 raise _write_error(table, folder, exc) from exc
         source = str(folder.source(name))
         self._checks.sound.add(source)
+        self._unlisted_writes[table] = self._unlisted_writes.get(table, 0) + 1
+        if self._unlisted_writes[table] >= _WRITES_BEFORE_FORGETTING:
+            self._forget_unlisted(table, folder)
         if table == "traces" and self._written_ids + frame.height <= _WRITTEN_IDS:
             ids = stamped.get_column("trace_id").to_list()
             self._written_traces[source] = dict(zip(ids, stamped.get_column("task").to_list(), strict=True))
@@ -498,6 +505,7 @@ class TelemetryStore:
         first (see ``FileChecks.usable``), for a scan, which its caller collects; a read or a compaction collects
         itself and finds a broken file when that fails (``FileChecks.set_aside_undecodable``)."""
         sources = {name: str(folder.source(name)) for name in folder.names()}
+        self._unlisted_writes[table] = 0
         self._forget_gone(folder, set(sources.values()))
         names = [name for name, source in sources.items() if source not in self._checks.unusable]
         compacted: set[str] = set()
@@ -530,6 +538,16 @@ class TelemetryStore:
                 highest = max(highest, int(head))
         if highest:
             self._clock.observe(highest)
+
+    def _forget_unlisted(self, table: str, folder: Folder) -> None:
+        """List the names of a table this object writes and has not listed for a while, and forget the files gone.
+        Housekeeping: a listing that fails leaves it for the next time."""
+        self._unlisted_writes[table] = 0
+        try:
+            names = self._guarded(table, "list", folder.names)
+        except TelemetryError:
+            return
+        self._forget_gone(folder, {str(folder.source(name)) for name in names})
 
     def _forget_gone(self, folder: Folder, here: set[str]) -> None:
         """Forget what this object knows of the folder's files that are gone (a compaction deleted them): the

@@ -501,6 +501,26 @@ def test_a_long_lived_store_forgets_the_files_a_compaction_deleted(tmp_path: Pat
     assert sorted(store.read("traces")["trace_id"].to_list()) == sorted(f"t{index}" for index in range(60))
 
 
+def test_a_store_that_only_writes_a_table_forgets_the_files_a_compaction_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch process writes ``calls`` on every group commit and never reads it: what it knows of the files it
+    wrote is forgotten once they are compacted away, every so many writes (20 here), without a read."""
+    from gil_core.telemetry import store as store_module
+
+    every = 20
+    monkeypatch.setattr(store_module, "_WRITES_BEFORE_FORGETTING", every)
+    store, compactor = TelemetryStore(tmp_path), TelemetryStore(tmp_path)
+    for index in range(6 * every):
+        store.record_calls([make_call(f"c{index}", f"t{index}")])
+        if index % 10 == 9:
+            compactor.compact("calls")
+    remembered = {key for key in store._checks.sound if "/calls/" in key}
+    present = {str(path) for path in parquet_files(store, "calls")}
+    assert len(remembered - present) < every  # only those gone since its last listing
+    assert compactor.read("calls").height == 6 * every
+
+
 def test_stats_read_while_another_process_compacts_the_tables_never_fail(tmp_path: Path) -> None:
     """``gil stats`` (and the stats artifact after each batch) beside a compactor: a scan whose files the
     compaction deletes before the collect is read again (``rescanning``), so the figures always come back whole."""
