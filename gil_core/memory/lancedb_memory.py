@@ -242,14 +242,9 @@ class LanceDBMemory:
         entries = changes.entries
         vectors = await self._embedding.vectors(task, [entry.text for entry in entries])
         async with self._lock():
-            if entries:
-                table = await self._open_table(task, create_dimensions=vectors.shape[1])
-                self._embedding.check_dimensions(task, vectors[0])
-            else:
-                found = await self._open_table(task, force=True)
-                if found is None:
-                    return  # no table: nothing to forget
-                table = found
+            table = await self._table_to_write(task, vectors)
+            if table is None:
+                return  # no table: nothing to forget
             state = await self._task_state(task, table, force=True)
             forgotten = [key for key in changes.forgotten if isinstance(state, IndexedTask) or key in state]
             if not entries and not forgotten:
@@ -281,14 +276,9 @@ class LanceDBMemory:
         planned = latest_per_key(entries)
         vectors = await self._embedding.embed_all(task, [entry.text for entry in planned])
         async with self._lock():
-            if planned:
-                table = await self._open_table(task, create_dimensions=vectors.shape[1])
-                self._embedding.check_dimensions(task, vectors[0])
-            else:
-                maybe_table = await self._open_table(task, force=True)
-                if maybe_table is None:
-                    return  # no table and nothing to hold
-                table = maybe_table
+            table = await self._table_to_write(task, vectors)
+            if table is None:
+                return  # no table and nothing to hold
             await self._sync(task, table, force=True)
             first = _now_us()
             created = [first + offset for offset in range(len(planned))]
@@ -301,6 +291,15 @@ class LanceDBMemory:
             self._tasks[task] = state
             self._after_write(result.version)
             self._large_tasks.index_if_large(task, state)
+
+    async def _table_to_write(self, task: str, vectors: _Vectors) -> AsyncTable | None:
+        """The table a write of ``vectors`` goes to: created for them when missing, their width checked; with no
+        vectors, the table when there is one (None: nothing to change). Under the lock."""
+        if not len(vectors):
+            return await self._open_table(task, force=True)
+        table = await self._open_table(task, create_dimensions=vectors.shape[1])
+        self._embedding.check_dimensions(task, vectors[0])
+        return table
 
     async def entries(self, task: str) -> list[MemoryEntry]:
         state = await self._state(task)

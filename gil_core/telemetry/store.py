@@ -64,7 +64,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -431,8 +431,10 @@ class TelemetryStore:
         source = str(folder.source(name))
         self._checks.sound.add(source)
         self._unlisted_writes[table] = self._unlisted_writes.get(table, 0) + 1
-        if self._unlisted_writes[table] >= _WRITES_BEFORE_FORGETTING:
-            self._forget_unlisted(table, folder)
+        if self._unlisted_writes[table] >= _WRITES_BEFORE_FORGETTING:  # a listing forgets the files gone
+            self._unlisted_writes[table] = 0
+            with suppress(TelemetryError):  # housekeeping: a listing that fails waits for the next time
+                self._guarded(table, "list", lambda: self._list(table, folder))
         if table == "traces" and self._written_ids + frame.height <= _WRITTEN_IDS:
             ids = stamped.get_column("trace_id").to_list()
             self._written_traces[source] = dict(zip(ids, stamped.get_column("task").to_list(), strict=True))
@@ -538,16 +540,6 @@ class TelemetryStore:
                 highest = max(highest, int(head))
         if highest:
             self._clock.observe(highest)
-
-    def _forget_unlisted(self, table: str, folder: Folder) -> None:
-        """List the names of a table this object writes and has not listed for a while, and forget the files gone.
-        Housekeeping: a listing that fails leaves it for the next time."""
-        self._unlisted_writes[table] = 0
-        try:
-            names = self._guarded(table, "list", folder.names)
-        except TelemetryError:
-            return
-        self._forget_gone(folder, {str(folder.source(name)) for name in names})
 
     def _forget_gone(self, folder: Folder, here: set[str]) -> None:
         """Forget what this object knows of the folder's files that are gone (a compaction deleted them): the
