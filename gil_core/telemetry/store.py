@@ -97,6 +97,7 @@ from gil_core.telemetry._quarantine import (
     decode_problem,
 )
 from gil_core.telemetry._rows import call_row, conform, trace_row
+from gil_core.telemetry._written import WrittenTraces
 from gil_core.telemetry.records import CallRecord, TraceRecord
 from gil_core.telemetry.schemas import KEYS, TABLES, validate_frame
 from gil_core.telemetry.stats import HabitTree, Stats, compute_stats
@@ -107,7 +108,6 @@ if TYPE_CHECKING:
 __all__ = ["FileCheck", "QuarantinedFile", "StoreCheck", "TelemetryStore"]
 
 _READ_ATTEMPTS = 20
-_WRITTEN_IDS = 200_000  # trace ids ``traced`` keeps of the files this object wrote (~20 MB); past it, it scans
 # Files this object writes to a table without listing it before it lists the table's names once, to forget those a
 # compaction deleted (a batch process writes ``calls`` on every group commit and never reads it).
 _WRITES_BEFORE_FORGETTING = 200
@@ -139,9 +139,7 @@ class TelemetryStore:
             guarded=self._guarded,
             describe=self._s3.describe if self._s3 is not None else None,
         )
-        # traces files this object wrote → each trace id in it → its task (see ``traced``), up to a bound of ids
-        self._written_traces: dict[str, dict[str, str]] = {}
-        self._written_ids = 0
+        self._written = WrittenTraces()  # the trace ids of the traces files this object wrote (``traced``)
         self._unlisted_writes: dict[str, int] = {}  # per table: files written since this object last listed it
 
     def __repr__(self) -> str:
@@ -299,14 +297,9 @@ class TelemetryStore:
         """Each trace id of the table → the task of its newest row, from what this object wrote; None when a live
         file is not one it wrote (or noted), or the files are not in write order (``_plan`` sorts then)."""
         live = self._list("traces", folder, checked=True).live
-        written = [self._written_traces.get(str(folder.source(name))) for name in live]
-        if any(ids is None for ids in written) or not in_write_order(folder, live, self._compacted):
+        if not in_write_order(folder, live, self._compacted):
             return None
-        newest: dict[str, str] = {}
-        for ids in written:  # in read order: the last row of a trace id wins, as ``_last_per_key`` has it
-            assert ids is not None
-            newest.update(ids)
-        return newest
+        return self._written.newest([str(folder.source(name)) for name in live])
 
     def rescanning(self, read: Callable[[], _T]) -> _T:
         """``read()``, a function that scans and collects, run again while a compaction deletes a file its scan
@@ -435,10 +428,8 @@ class TelemetryStore:
             self._unlisted_writes[table] = 0
             with suppress(TelemetryError):  # housekeeping: a listing that fails waits for the next time
                 self._guarded(table, "list", lambda: self._list(table, folder))
-        if table == "traces" and self._written_ids + frame.height <= _WRITTEN_IDS:
-            ids = stamped.get_column("trace_id").to_list()
-            self._written_traces[source] = dict(zip(ids, stamped.get_column("task").to_list(), strict=True))
-            self._written_ids += len(ids)
+        if table == "traces" and self._written.room(frame.height):
+            self._written.note(source, frame.get_column("trace_id").to_list(), frame.get_column("task").to_list())
 
     def _read(self, table: str, folder: Folder) -> pl.DataFrame:
         for _ in range(_READ_ATTEMPTS):
@@ -547,15 +538,13 @@ class TelemetryStore:
         store would hold an entry for every file it ever saw (a soak process saw ~9,000 over 50,000 requests: a
         MiB or two). Another thread may add an entry meanwhile and lose it here: it is read again when needed."""
         prefix = str(folder.source("\0"))[:-1]  # the folder's own files (``here``, as listed): the name appended
-        caches = (self._checks.sound, self._compacted, self._checks.unusable, self._written_traces)
-        known = [key for cache in caches for key in list(cache)]
+        caches = (self._checks.sound, self._compacted, self._checks.unusable)
+        known = [key for cache in caches for key in list(cache)] + self._written.sources()
         for key in {key for key in known if key.startswith(prefix)} - here:
             self._checks.sound.discard(key)
             self._compacted.pop(key, None)
             self._checks.unusable.pop(key, None)
-            ids = self._written_traces.pop(key, None)
-            if ids is not None:
-                self._written_ids -= len(ids)
+            self._written.forget(key)
 
     def _compacted_file(self, table: str, folder: Folder, name: str) -> Compacted | None:
         """What a compacted file's metadata says; None when it does not decode (the file is set aside then)."""
