@@ -15,7 +15,9 @@ Parts:
 - ``regions``: each sample also lists the anonymous mappings and glibc's heap resident over 64 KiB (start,
   size and resident KiB), to diff between rounds.
 - ``tracemalloc=N``: Python's allocations traced from the N-th sample on (10 frames); each later sample lists
-  the 15 call sites whose live bytes grew most since then (``tracemalloc``'s own diff). Slows the worker.
+  the 15 call sites whose live bytes grew most since then (``tracemalloc``'s own diff), and who holds the
+  objects traced from the hash embedder (``holders``: the containers referring to them, by kind, with the
+  container's own holder for dicts and lists). Slows the worker.
 """
 
 from __future__ import annotations
@@ -110,7 +112,37 @@ def _traced(first: list[Any], samples: int, start: int) -> dict[str, Any]:
             {"kib": round(stat.size_diff / 1024, 1), "count": stat.count_diff, "where": stat.traceback.format()[-6:]}
             for stat in growth[:15]
         ],
+        "traced_holders": _holders("hash_embedding.py"),
     }
+
+
+def _holders(source: str, *, top: int = 10) -> list[tuple[str, int]]:
+    """Who refers to the objects traced as allocated in a file named ``source``: the containers' kinds (a dict
+    or list named by its own first holder's kind), with how many such objects each kind holds."""
+    import gc
+    import tracemalloc
+    from collections import Counter
+
+    def traced_here(item: object) -> bool:
+        trace = tracemalloc.get_object_traceback(item)
+        return trace is not None and any(frame.filename.endswith(source) for frame in trace)
+
+    counts: Counter[int] = Counter()
+    containers: dict[int, object] = {}
+    for container in gc.get_objects():
+        held = sum(1 for item in gc.get_referents(container) if isinstance(item, tuple) and traced_here(item))
+        if held:
+            counts[id(container)] += held
+            containers[id(container)] = container
+    kinds: Counter[str] = Counter()
+    for key, held in counts.items():
+        container = containers[key]
+        kind = type(container).__qualname__
+        if isinstance(container, dict | list):
+            owners = [owner for owner in gc.get_referrers(container) if owner is not containers]
+            kind += " in " + (type(owners[0]).__module__ + "." + type(owners[0]).__qualname__ if owners else "?")
+        kinds[kind] += held
+    return kinds.most_common(top)
 
 
 def _regions() -> list[tuple[str, int, int]]:
