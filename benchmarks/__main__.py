@@ -57,6 +57,7 @@ def expected_sections(parts: tuple[str, ...] = PARTS, *, local_model: bool = Tru
             "Speed: telemetry (part B)",
             "Speed: commands in a fresh process",
             "Speed: applying verdicts (part B)",
+            "Speed: the shadow index off a large log (part B)",
         ]
         if local_model:
             titles.append("Speed: prompt prefix reuse (part B)")

@@ -1,13 +1,13 @@
 """Speed (issue #7, part B): what Gil itself costs per request, how memory lookup scales, how fast telemetry
 commits, how much of a judge prompt the local server serves from its prompt cache, and how long the commands take
-in a fresh process, and how fast a verdicts file is applied.
+in a fresh process, how fast a verdicts file is applied, and what reading the shadow index off a large log costs.
 
 Every figure stands beside a baseline measured in the same run (the bare scripted model call, numpy brute force,
 a plain Parquet write, a bare durable file write), because on this shared 2-core machine seconds drift with the
 load while ratios hold. Where a target is missed, the section says where the time goes (cProfile).
 
     uv run --extra local python -m benchmarks.speed [--quick]
-        [--parts resolver,memory,telemetry,prefix,commands,feedback]
+        [--parts resolver,memory,telemetry,prefix,commands,feedback,shadows]
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ from benchmarks._memory_lookup import LookupSizes, measure_lookup, memory_lookup
 from benchmarks._prefix_reuse import measure_prefix, prefix_section
 from benchmarks._report import Section, add_output_options, destination, publish
 from benchmarks._resolver_speed import measure_resolver, resolver_section
+from benchmarks._shadow_read import measure_shadow_read, shadow_section
 from benchmarks._telemetry_speed import measure_telemetry, telemetry_section
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "uv run --extra local python -m benchmarks.speed"
-PARTS = ("resolver", "memory", "telemetry", "prefix", "commands", "feedback")
+PARTS = ("resolver", "memory", "telemetry", "prefix", "commands", "feedback", "shadows")
 STATS_SECTION = "Stats over a large store"  # written by benchmarks/stats_speed.py
 
 
@@ -49,6 +50,8 @@ class Sizes:
     command_runs: int  # fresh processes per command
     verdicts: int  # applied per run of each feedback arm
     feedback_runs: int
+    shadow_traces: int  # judged traces the shadow index is read off
+    shadow_runs: int
 
 
 FULL = Sizes(
@@ -65,6 +68,8 @@ FULL = Sizes(
     command_runs=7,
     verdicts=1000,
     feedback_runs=3,
+    shadow_traces=300_000,
+    shadow_runs=3,
 )
 QUICK = Sizes(
     requests=30,
@@ -78,6 +83,8 @@ QUICK = Sizes(
     command_runs=2,
     verdicts=60,
     feedback_runs=1,
+    shadow_traces=20_000,
+    shadow_runs=1,
 )
 
 
@@ -120,6 +127,12 @@ def run(parts: Sequence[str], *, quick: bool, command: str) -> list[Section]:
                 f"{sizes.verdicts:,} verdicts applied, one at a time and a chunk at a time",
                 lambda: feedback_section(
                     asyncio.run(measure_feedback(sizes.verdicts, sizes.feedback_runs, root / "feedback")), command
+                ),
+            ),
+            "shadows": (
+                f"the shadow index off {sizes.shadow_traces:,} judged traces",
+                lambda: shadow_section(
+                    measure_shadow_read(sizes.shadow_traces, sizes.shadow_runs, root / "shadows"), command
                 ),
             ),
         }

@@ -26,7 +26,7 @@ from gil_core.errors import GilError, SchemaViolationError, UnknownTraceError
 from gil_core.habits.attribution import attribute_verdict
 from gil_core.habits.costs import evidence_from_row
 from gil_core.habits.counters import reliability_rows
-from gil_core.habits.shadows import build_shadow_index
+from gil_core.habits.shadows import build_shadow_index, may_shadow_rows
 from gil_core.judge import Candidate
 from gil_core.learned import LearnedState, Learner
 from gil_core.memory import FeedbackEvent, Memory, MemoryChanges, rebuild_memory
@@ -276,6 +276,7 @@ class Feedback:
         if cached is None:
             judged = self._judged(
                 task.name,
+                may_shadow_rows(),
                 "state",
                 "path",
                 "mode",
@@ -389,13 +390,13 @@ class Feedback:
         with self._recent_lock:
             self._recent[row.trace_id] = row
 
-    def _judged(self, task: str, *columns: str) -> pl.DataFrame:
-        """The task's traces that carry a verdict (``columns`` of them, or all), in the store's write order."""
+    def _judged(self, task: str, where: pl.Expr | None = None, *columns: str) -> pl.DataFrame:
+        """The task's traces that carry a verdict (those ``where`` holds, when given; ``columns`` of them, or
+        all), in the store's write order."""
 
         def read() -> pl.DataFrame:
-            traces = self._store.scan("traces").filter(
-                (pl.col("task") == task) & pl.col("feedback_verdict").is_not_null()
-            )
+            judged = (pl.col("task") == task) & pl.col("feedback_verdict").is_not_null()
+            traces = self._store.scan("traces").filter(judged if where is None else judged & where)
             return (traces.select(columns) if columns else traces).collect()
 
         return self._store.rescanning(read)

@@ -10,11 +10,22 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import polars as pl
+
 from gil_core import verdicts
 from gil_core.judge.prompt import Candidate
 from gil_core.ontology.model import OptionKind, Tree
 
-__all__ = ["EVIDENCE_MODES", "Evidence", "build_shadow_index", "confirmed_answer", "item_id", "short_label"]
+__all__ = [
+    "EVIDENCE_MODES",
+    "Evidence",
+    "build_shadow_index",
+    "confirmed_answer",
+    "item_id",
+    "may_shadow",
+    "may_shadow_rows",
+    "short_label",
+]
 
 EVIDENCE_MODES = frozenset({"fallback", "partial"})
 _LABEL_CODE_POINTS = 40
@@ -31,6 +42,18 @@ class Evidence:
     verdict: str | None
     correction: str | None = None
     explored_output: str | None = None
+
+
+def may_shadow(mode: str, verdict: str | None) -> bool:
+    """Whether a judged trace can make a shadow: a generated answer (``EVIDENCE_MODES``) confirmed either way, or
+    any answer marked wrong (its correction)."""
+    return mode in EVIDENCE_MODES or verdict == "wrong"
+
+
+def may_shadow_rows() -> pl.Expr:
+    """``may_shadow`` over a traces table, for a read to keep only the rows that can make a shadow (in a mature
+    store, habit and memory answers confirmed right are nearly all of them, and none can)."""
+    return pl.col("mode").is_in(sorted(EVIDENCE_MODES)) | (pl.col("feedback_verdict") == "wrong")
 
 
 def confirmed_answer(evidence: Evidence) -> str | None:
@@ -66,7 +89,7 @@ def build_shadow_index(
     for row in evidence:
         if not tree.has_node(row.anchor) or not tree.node(row.anchor).options:
             continue
-        if row.mode not in EVIDENCE_MODES and row.verdict != "wrong":
+        if not may_shadow(row.mode, row.verdict):
             continue
         answer = confirmed_answer(row)
         if answer is None or answer in known:

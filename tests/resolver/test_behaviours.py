@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -17,12 +18,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from gil_core.diagnostics import Diagnostics
 from gil_core.errors import MemoryUnavailableError
 from gil_core.fallback import TextContract
+from gil_core.feedback import Feedback
+from gil_core.habits.costs import evidence_from_row
+from gil_core.habits.shadows import build_shadow_index
 from gil_core.llm import OpenAICompatibleChatModel
 from gil_core.memory import CallableEmbeddingModel, LanceDBMemory
 from gil_core.resolver import Metering, Resolver
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import HashEmbeddingModel
 from tests.resolver._support import Script, support_server, support_task
+from tests.telemetry.test_store import make_trace
 
 REFUND = "Refunds reach the original payment method within 5 business days of approval."
 
@@ -94,6 +99,28 @@ async def test_a_confirmed_generated_answer_becomes_a_shadow_and_choosing_it_def
     assert f"{delivery[:40]} — how long does delivery take?" in shown
     assert second.path[-1].outcome == "defer" and second.path[-1].chosen is not None
     assert second.path[-1].chosen.startswith("shadow-") and second.mode == "partial" and second.output == delivery
+
+
+def test_the_shadows_read_from_the_log_are_those_every_judged_trace_gives(tmp_path: Path) -> None:
+    """The read keeps only the traces that can make a shadow (a generated answer judged, or any answer marked
+    wrong): the index is the one every judged trace of the task gives."""
+    task = support_task(memory_threshold=None)
+    store = TelemetryStore(tmp_path / "store")
+    with store.group_commit(max_rows=1_000, max_delay_s=None):
+        store.record_trace(make_trace("generated", mode="fallback", output="A new answer.", feedback_verdict="correct"))
+        for index in range(40):  # confirmed habit answers: nearly all of a mature log, none a shadow
+            store.record_trace(make_trace(f"right-{index}", output=REFUND, feedback_verdict="correct"))
+        store.record_trace(
+            make_trace("corrected", output=REFUND, feedback_verdict="wrong", feedback_correction="Another answer.")
+        )
+        store.record_trace(make_trace("again", mode="partial", output="A new answer.", feedback_verdict="correct"))
+        store.record_trace(make_trace("unjudged", mode="fallback", output="Never confirmed."))
+        store.record_trace(make_trace("elsewhere", task="other", mode="fallback", feedback_verdict="correct"))
+    judged = store.read("traces").filter((pl.col("task") == task.name) & pl.col("feedback_verdict").is_not_null())
+    every = [evidence for evidence in map(evidence_from_row, judged.iter_rows(named=True)) if evidence is not None]
+    shadows = Feedback(store, memory=None, learner=None).shadows(task)
+    assert shadows == build_shadow_index(task.tree, every, exclude=(task.language.none_of_these,))
+    assert [candidate.answer for candidate in shadows["billing"]] == ["A new answer.", "Another answer."]
 
 
 async def test_exploration_cross_checks_a_habit_answer_and_records_a_dispute(tmp_path: Path) -> None:
