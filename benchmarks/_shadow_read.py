@@ -28,7 +28,6 @@ GENERATED = 0.012  # shares of the log as in the soak's traces: generated answer
 MEMORY = 0.18
 WRONG = 0.02  # verdicts saying wrong
 ARMS = {"every judged trace (the read before)": "every", "only the traces that can make a shadow": "shadows"}
-_COLUMNS = ("state", "path", "mode", "output", "feedback_verdict", "feedback_correction", "explored_output")
 
 
 @dataclass
@@ -73,7 +72,7 @@ def _read(store_root: Path, arm: str) -> dict[str, Any]:
     """One arm in this process: seconds, peak RSS past the RSS before, shadows found."""
     from gil_core.fallback import TreeAnswerContract
     from gil_core.feedback import Feedback
-    from gil_core.habits.costs import evidence_from_row
+    from gil_core.habits.costs import EVIDENCE_COLUMNS, evidence_from_row
     from gil_core.habits.shadows import build_shadow_index
     from gil_core.language import ENGLISH
     from gil_core.tasks import TaskDefinition, TaskPolicy
@@ -93,7 +92,7 @@ def _read(store_root: Path, arm: str) -> dict[str, Any]:
         judged = (
             store.scan("traces")
             .filter((pl.col("task") == task.name) & pl.col("feedback_verdict").is_not_null())
-            .select(_COLUMNS)
+            .select(EVIDENCE_COLUMNS)
             .collect()
         )
         evidence = [item for item in map(evidence_from_row, judged.iter_rows(named=True)) if item is not None]

@@ -24,7 +24,7 @@ from cachetools import FIFOCache
 from gil_core._ticket_files import Verdict
 from gil_core.errors import GilError, SchemaViolationError, UnknownTraceError
 from gil_core.habits.attribution import attribute_verdict
-from gil_core.habits.costs import evidence_from_row
+from gil_core.habits.costs import EVIDENCE_COLUMNS, evidence_from_row
 from gil_core.habits.counters import reliability_rows
 from gil_core.habits.shadows import build_shadow_index, may_shadow_rows
 from gil_core.judge import Candidate
@@ -274,17 +274,7 @@ class Feedback:
         """The answers confirmed at the task's leaves that are not habits yet, per node; read again after a verdict."""
         cached = self._shadows.get(task.name)
         if cached is None:
-            judged = self._judged(
-                task.name,
-                may_shadow_rows(),
-                "state",
-                "path",
-                "mode",
-                "output",
-                "feedback_verdict",
-                "feedback_correction",
-                "explored_output",
-            )
+            judged = self._judged(task.name, may_shadow_rows(), *EVIDENCE_COLUMNS)
             evidence = [row for row in map(evidence_from_row, judged.iter_rows(named=True)) if row is not None]
             cached = build_shadow_index(task.tree, evidence, exclude=(task.language.none_of_these,))
             self._shadows[task.name] = cached

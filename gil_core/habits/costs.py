@@ -24,6 +24,7 @@ from gil_core.habits.shadows import EVIDENCE_MODES, Evidence
 from gil_core.telemetry import TelemetryStore
 
 __all__ = [
+    "EVIDENCE_COLUMNS",
     "CostModelError",
     "CostSample",
     "EvidenceTrace",
@@ -124,13 +125,25 @@ def mean_judge_energy(samples: Iterable[CostSample]) -> dict[str, float]:
     return {node: sum(values) / len(values) for node, values in sorted(energies.items())}
 
 
-def task_traces(store: TelemetryStore, task: str, *, upto: int | None = None) -> pl.DataFrame:
-    """The task's traces in arrival order (``created_at``), the first ``upto`` of them when given.
+def task_traces(
+    store: TelemetryStore,
+    task: str,
+    *,
+    upto: int | None = None,
+    where: pl.Expr | None = None,
+    columns: Sequence[str] = (),
+) -> pl.DataFrame:
+    """The task's traces in arrival order (``created_at``), the first ``upto`` of them when given; of those, the
+    ones ``where`` holds for, and only ``columns`` (all when empty). The scan reads only the columns these need.
 
     Review rounds index traces by this order: a round "at index n" has seen the first n requests.
     """
     traces = store.scan("traces").filter(pl.col("task") == task).sort("created_at", maintain_order=True)
-    return (traces.head(upto) if upto is not None else traces).collect()
+    if upto is not None:
+        traces = traces.head(upto)
+    if where is not None:
+        traces = traces.filter(where)
+    return (traces.select(columns) if columns else traces).collect()
 
 
 def read_cost_samples(store: TelemetryStore, task: str, *, none_text: str, upto: int | None = None) -> list[CostSample]:
@@ -138,7 +151,7 @@ def read_cost_samples(store: TelemetryStore, task: str, *, none_text: str, upto:
 
     ``none_text`` is the task language's "none of these": the store records that line's symbol, not its words.
     """
-    traces = task_traces(store, task, upto=upto).select("trace_id", "state")
+    traces = task_traces(store, task, upto=upto, columns=("trace_id", "state"))
     if traces.is_empty():
         return []
     states: Mapping[str, str] = dict(zip(traces["trace_id"], traces["state"], strict=True))
@@ -169,7 +182,8 @@ def read_cost_samples(store: TelemetryStore, task: str, *, none_text: str, upto:
 def read_evidence(store: TelemetryStore, task: str, *, upto: int | None = None) -> list[EvidenceTrace]:
     """The ``fallback``/``partial`` traces among the task's first ``upto`` requests, with their generation energy
     (the ``fallback`` calls' energy summed; a narrowed answer that was rerun counts both runs)."""
-    traces = task_traces(store, task, upto=upto).filter(pl.col("mode").is_in(list(EVIDENCE_MODES)))
+    where = pl.col("mode").is_in(sorted(EVIDENCE_MODES))
+    traces = task_traces(store, task, upto=upto, where=where, columns=("trace_id", *EVIDENCE_COLUMNS))
     if traces.is_empty():
         return []
     energy = (
@@ -186,6 +200,10 @@ def read_evidence(store: TelemetryStore, task: str, *, upto: int | None = None) 
         if evidence is not None:
             result.append(EvidenceTrace(row["trace_id"], evidence, spent.get(row["trace_id"], 0.0)))
     return result
+
+
+EVIDENCE_COLUMNS = ("state", "path", "mode", "output", "feedback_verdict", "feedback_correction", "explored_output")
+"""The columns of a ``traces`` row ``evidence_from_row`` reads."""
 
 
 def evidence_from_row(row: Mapping[str, Any]) -> Evidence | None:

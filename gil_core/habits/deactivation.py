@@ -214,7 +214,7 @@ def read_reliability(store: TelemetryStore, task: str) -> dict[str, ReliabilityC
 
 def read_usage(store: TelemetryStore, task: str, *, upto: int | None = None) -> Usage:
     """Which habit answered each of the task's first ``upto`` requests (all when None)."""
-    traces = task_traces(store, task, upto=upto).select("mode", "path")
+    traces = task_traces(store, task, upto=upto, columns=("mode", "path"))
     return count_usage(served_habit(mode, json.loads(path or "[]")) for mode, path in traces.iter_rows())
 
 
