@@ -125,6 +125,10 @@ def mean_judge_energy(samples: Iterable[CostSample]) -> dict[str, float]:
     return {node: sum(values) / len(values) for node, values in sorted(energies.items())}
 
 
+EVIDENCE_COLUMNS = ("state", "path", "mode", "output", "feedback_verdict", "feedback_correction", "explored_output")
+"""The columns of a ``traces`` row ``evidence_from_row`` reads."""
+
+
 def task_traces(
     store: TelemetryStore,
     task: str,
@@ -200,10 +204,6 @@ def read_evidence(store: TelemetryStore, task: str, *, upto: int | None = None) 
         if evidence is not None:
             result.append(EvidenceTrace(row["trace_id"], evidence, spent.get(row["trace_id"], 0.0)))
     return result
-
-
-EVIDENCE_COLUMNS = ("state", "path", "mode", "output", "feedback_verdict", "feedback_correction", "explored_output")
-"""The columns of a ``traces`` row ``evidence_from_row`` reads."""
 
 
 def evidence_from_row(row: Mapping[str, Any]) -> Evidence | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import polars as pl
+
 __all__ = ["WRITTEN_IDS", "WrittenTraces"]
 
 WRITTEN_IDS = 200_000  # trace ids kept (~20 MB) before files are no longer noted
@@ -24,16 +26,13 @@ class WrittenTraces:
         self._ids = 0
         self._bound = bound
 
-    def room(self, rows: int) -> bool:
-        """Whether a file of ``rows`` rows would still be noted."""
-        return self._ids + rows <= self._bound
-
-    def note(self, source: str, trace_ids: Sequence[str], tasks: Sequence[str]) -> None:
-        """A file written, with its rows' trace ids and tasks in order (the last row of an id wins); not noted
-        past the bound."""
-        if self.room(len(trace_ids)):
+    def note(self, source: str, rows: pl.DataFrame) -> None:
+        """A file written, with its rows (``trace_id`` and ``task``, in order: the last row of an id wins); not
+        noted past the bound (its columns are not even read then)."""
+        if self._ids + rows.height <= self._bound:
+            trace_ids, tasks = rows.get_column("trace_id").to_list(), rows.get_column("task").to_list()
             self._files[source] = dict(zip(trace_ids, tasks, strict=True))
-            self._ids += len(trace_ids)
+            self._ids += rows.height
 
     def newest(self, sources: Sequence[str]) -> dict[str, str] | None:
         """Each trace id in the files ``sources`` (in read order) → the task of its newest row; None when one of

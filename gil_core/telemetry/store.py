@@ -428,8 +428,8 @@ class TelemetryStore:
             self._unlisted_writes[table] = 0
             with suppress(TelemetryError):  # housekeeping: a listing that fails waits for the next time
                 self._guarded(table, "list", lambda: self._list(table, folder))
-        if table == "traces" and self._written.room(frame.height):
-            self._written.note(source, frame.get_column("trace_id").to_list(), frame.get_column("task").to_list())
+        if table == "traces":
+            self._written.note(source, frame)
 
     def _read(self, table: str, folder: Folder) -> pl.DataFrame:
         for _ in range(_READ_ATTEMPTS):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
+
 from gil_core.telemetry import TelemetryStore
 from gil_core.telemetry._written import WrittenTraces
 from tests.telemetry.test_store import make_trace
@@ -57,14 +59,18 @@ def test_a_file_set_aside_is_not_counted_by_the_writer(tmp_path: Path) -> None:
     assert answers(root, store) == ({"t1"}, {"t1"}, set(), set())
 
 
+def _rows(trace_ids: list[str], tasks: list[str]) -> pl.DataFrame:
+    return pl.DataFrame({"trace_id": trace_ids, "task": tasks})
+
+
 def test_what_a_writer_keeps_of_its_files_is_bounded_and_freed_when_a_file_is_gone() -> None:
     written = WrittenTraces(bound=3)
-    written.note("a", ["t0", "t1"], ["support", "support"])
-    written.note("b", ["t1", "t2"], ["other", "support"])  # past the bound: not noted
+    written.note("a", _rows(["t0", "t1"], ["support", "support"]))
+    written.note("b", _rows(["t1", "t2"], ["other", "support"]))  # past the bound: not noted
     assert written.newest(["a"]) == {"t0": "support", "t1": "support"}
     assert written.newest(["a", "b"]) is None  # a file not noted: the store scans
     written.forget("a")
     assert written.sources() == []
-    written.note("b", ["t1", "t2"], ["other", "support"])
-    written.note("c", ["t1"], ["support"])
+    written.note("b", _rows(["t1", "t2"], ["other", "support"]))
+    written.note("c", _rows(["t1"], ["support"]))
     assert written.newest(["b", "c"]) == {"t1": "support", "t2": "support"}  # the later file's row wins
