@@ -62,6 +62,8 @@ LOCO_TRAIN = 150
 LOCO_SENT = 50
 GROUPED_AFTER = 20
 SWEEP: tuple[dict[str, Any], ...] = (
+    {"regularization": 10.0},  # the default before 2026-12-06
+    {"regularization": 300.0},
     {"guess": False},
     {"unseen": 1.0},
     {"unseen": 0.05},

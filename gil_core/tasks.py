@@ -58,7 +58,8 @@ class LearnedPolicy:
     * ``unseen``: the share of a category the tree does not hold that may be served as another, estimated at each
       refit by leaving each confirmed category out in turn; the root's cuts rise until it holds.
     * ``window``: the latest logged predictions per node the rules read.
-    * ``regularization``: the inverse regularisation strength ``C`` of the logistic regression.
+    * ``regularization``: the inverse regularisation strength ``C`` of the logistic regression (100: on unit-length
+      sentence vectors, 10 underfits; docs/learned-reflex.md, "The classifier's regularisation").
     * ``exemplars``: confirmed requests kept per class for the novelty check (the most recent ones).
     * ``memory_cut``: read memory's similarity cut from the same log for ``precision`` (``learned.memory_cut``);
       false keeps the task's ``memory_threshold`` as it is.
@@ -85,7 +86,7 @@ class LearnedPolicy:
     unseen: float = 0.03
     window: int = 500
     pooling: Pooling = "layer"
-    regularization: float = 10.0
+    regularization: float = 100.0
     exemplars: int = 64
     memory_cut: bool = True
     guess: bool = True

@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -152,6 +153,31 @@ async def test_learned_state_is_refit_for_a_changed_tree_and_never_served_stale(
     assert after is not None and resolver.learner.fits == fits + 1
     assert after.tree_sha256 != before.tree_sha256 and after.key != before.key
     assert after.fitted_on == before.fitted_on  # the same verdicts, a new tree
+
+
+async def test_learned_state_fitted_with_another_regularization_is_refit_before_it_serves(tmp_path: Path) -> None:
+    """A changed default (or task file) for the classifier's C: the stored state records the policy it was fitted
+    with, so the next request refits rather than serve coefficients fitted under the old one."""
+    task = learned_task()
+    assert task.policy.learned is not None
+    with bad_model() as server:
+        async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
+            store = TelemetryStore(tmp_path / "store")
+            resolver = Resolver(chat, store, reflex_embedder=embedder())
+            assert resolver.learner is not None
+            await run_with_feedback(resolver, task, support_stream()[:40])
+            before = resolver.learner.state("support")
+            assert before is not None and before.policy["regularization"] == task.policy.learned.regularization
+            learned = replace(task.policy.learned, regularization=task.policy.learned.regularization / 10)
+            changed = replace(task, policy=replace(task.policy, learned=learned))
+            fits = resolver.learner.fits
+            await resolver.resolve(changed, "where is my refund?")
+            after = resolver.learner.state("support")
+    assert after is not None and resolver.learner.fits == fits + 1
+    assert after.policy["regularization"] == learned.regularization
+    assert after.fitted_on == before.fitted_on  # the same verdicts, another C
+    moved = [node for node, model in after.nodes.items() if not np.allclose(model.weights, before.nodes[node].weights)]
+    assert moved, "a tenth of C must change some node's coefficients"
 
 
 async def test_learned_corrupt_state_file_is_refit_with_a_warning(tmp_path: Path) -> None:
