@@ -343,7 +343,10 @@ TUNING_NOTE = (
     "stratified by what the judge predicts (the margin's best request of each predicted category first, then the "
     "rest by margin; or of each predicted walk): +3.6 / +2.9 / +5.7, +4.0 / +4.3 / +5.7; the candidates narrowed "
     "to the latest chunk's requests (the random share drawn from them too, which the queue may not do): +4.8 / "
-    "+4.0 / +4.7. The smallest margin stays."
+    "+4.0 / +4.7. The smallest margin stays. All of the above was measured with the learned judge's C at 10, the "
+    "default until 2026-12-06; with 100, the default since (docs/learned-reflex.md), on the same tuning shuffles: the "
+    "smallest margin +5.0 / +3.9 / +4.1, the first weights +2.8 / +3.0 / +2.9; the reported shuffles with C 10 gave "
+    "+4.5 (95% CI +1.7 to +7.4) on home and +4.7 (+2.6 to +6.8) on assistant (run 2026-12-05)."
 )
 
 
