@@ -5,8 +5,8 @@ the default policy (the baseline, measured in the same run) and for variants of 
     uv run --extra local python -m benchmarks.learned_gating --variant '{"unseen": 0.02}' --streams assistant
 
 The design arms of ``benchmarks.learned`` send each stream through the real resolver and flows with a stand-in
-LLM that never answers with a label, so only what Gil learned answers right; the three streams take about six minutes here (2026-12-06). Here
-the same protocol runs on the learned judge alone: requests in stream order, each embedded once with the
+LLM that never answers with a label, so only what Gil learned answers right; the three streams take about six
+minutes here (2026-12-06). Here the same protocol runs on the learned judge alone: requests in stream order, each embedded once with the
 product's MiniLM; each answered before its verdict (prequential) by memory (the nearest confirmed request at
 cosine ≥ 0.9, the task files' static threshold: memory's learned cut is left out) or else by the learned
 judge's walk (``NodeModel.decide`` at every node; a step it does not serve goes to the stand-in, which does
