@@ -4,21 +4,21 @@ the default policy (the baseline, measured in the same run) and for variants of 
     uv run --extra local python -m benchmarks.learned_gating                      # the default and a sweep
     uv run --extra local python -m benchmarks.learned_gating --variant '{"unseen": 0.02}' --streams assistant
 
-The design arms of ``benchmarks.learned`` send each stream through the real resolver and flows with a stand-in
-LLM that never answers with a label, so only what Gil learned answers right; the three streams take about six
-minutes here (2026-12-06). Here the same protocol runs on the learned judge alone: requests in stream order, each embedded once with the
-product's MiniLM; each answered before its verdict (prequential) by memory (the nearest confirmed request at
-cosine ≥ 0.9, the task files' static threshold: memory's learned cut is left out) or else by the learned
-judge's walk (``NodeModel.decide`` at every node; a step it does not serve goes to the stand-in, which does
-not settle it, so the walk ends there and the request is wrong, unless the policy's ``guess`` lets the learned
-choice settle it, as ``LearnedJudge`` does: below the root, ``NodeModel.may_guess``, the choice reaching the
-node's threshold); every prediction of the walk is logged as the product logs it, with the
-stand-in's judgment (wrong) at the first node not served and at the audited share of served ones; after each
-chunk of 50 every answer gets its key's verdict and ``fit_state`` refits. Leave-one-category-out as in the
-design arms: the category removed from the tree, fitted on the first 150 requests of the others, then up to 50
-of its requests sent; "served as another" = the root served them as some category. Grouped order as there too:
-the stream sorted by category, each category's requests counted once 20 of its requests were confirmed, right
-against the same requests in the mixed order (the worst category's difference, in points).
+The design arms of ``benchmarks.learned`` send each stream through the real resolver and flows with a stand-in LLM
+that never answers with a label, so only what Gil learned answers right; the three streams take about six minutes
+here (2026-12-06). Here the same protocol runs on the learned judge alone: requests in stream order, each embedded
+once with the product's MiniLM; each answered before its verdict (prequential) by memory (the nearest confirmed
+request at cosine ≥ 0.9, the task files' static threshold: memory's learned cut is left out) or else by the learned
+judge's walk (``NodeModel.decide`` at every node; a step it does not serve goes to the stand-in, which does not
+settle it, so the walk ends there and the request is wrong, unless the policy's ``guess`` lets the learned choice
+settle it, as ``LearnedJudge`` does: below the root, ``NodeModel.may_guess``, the choice reaching the node's
+threshold); every prediction of the walk is logged as the product logs it, with the stand-in's judgment (wrong) at
+the first node not served and at the audited share of served ones; after each chunk of 50 every answer gets its
+key's verdict and ``fit_state`` refits. Leave-one-category-out as in the design arms: the category removed from the
+tree, fitted on the first 150 requests of the others, then up to 50 of its requests sent; "served as another" = the
+root served them as some category. Grouped order as there too: the stream sorted by category, each category's
+requests counted once 20 of its requests were confirmed, right against the same requests in the mixed order (the
+worst category's difference, in points).
 
 Figures: never-seen requests (no earlier request with the same text after lower-casing and collapsing white
 space) from position 150 on: right (memory, the learned judge served, or a guess), served with no LLM judgment
