@@ -77,12 +77,13 @@ async def run_batch(
     max_retry_wait: float = 0.05,
     cache: InProcessRequestCache | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    timeout: float = 0.3,
+    timeout: float = 10.0,
 ) -> tuple[Resolver, LanceDBMemory, Any]:
     """Resolve TICKETS tickets against ``server`` through the real adapter, with LanceDB memory (and ``cache`` as
     the request cache), under ``root``. Retry waits are capped at ``max_retry_wait`` seconds (Retry-After
     included) to keep the tests short; the adapter waits them out with ``sleep``. ``timeout`` is the adapter's
-    (each attempt's deadline is 1.5 times it)."""
+    (each attempt's deadline is 1.5 times it): long enough by default that a loaded machine's slow healthy reply
+    never reads as a fault; the hang and the drip, which are about that clock, pass a short one."""
     hooks = {"request": [counter]} if counter is not None else {}
     async with (
         httpx.AsyncClient(event_hooks=hooks) as client,
