@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,10 +50,9 @@ def paired_difference(first: Sequence[bool], second: Sequence[bool]) -> tuple[fl
     n = len(first)
     if n == 0 or len(second) != n:
         raise ValueError(f"need two equally long, non-empty outcome lists, got {n} and {len(second)}")
-    both = sum(1 for a, b in zip(first, second, strict=True) if a and b)
-    only_first = sum(1 for a, b in zip(first, second, strict=True) if a and not b)
-    only_second = sum(1 for a, b in zip(first, second, strict=True) if b and not a)
-    neither = n - both - only_first - only_second
+    pairs = Counter(zip(map(bool, first), map(bool, second), strict=True))
+    both, only_first, only_second, neither = (pairs[True, True], pairs[True, False], pairs[False, True],
+                                              pairs[False, False])  # fmt: skip
     p1, p2 = (both + only_first) / n, (both + only_second) / n
     (l1, u1), (l2, u2) = wilson_interval(both + only_first, n), wilson_interval(both + only_second, n)
     margins = (both + only_first) * (only_second + neither) * (both + only_second) * (only_first + neither)

@@ -41,6 +41,8 @@ pytestmark = pytest.mark.reliability
 
 TICKETS = 3
 ATTEMPTS = 3  # the adapter's max_attempts in these tests
+CLOCK_TIMEOUT = 0.3  # the adapter's timeout where a test is about it (each attempt's deadline is 1.5 times it)
+SLACK_TIMEOUT = 10.0  # elsewhere: a loaded machine's slow healthy reply never reads as a fault
 GENERATION_ATTEMPTS = 3  # the task's fallback_max_attempts (its default)
 HEALTHY = SupportModel({}, default=Script(route=["billing", "refund status"]))
 VALID_ANSWERS = {REFUND, "None of these"}
@@ -77,13 +79,12 @@ async def run_batch(
     max_retry_wait: float = 0.05,
     cache: InProcessRequestCache | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    timeout: float = 10.0,
+    timeout: float = SLACK_TIMEOUT,
 ) -> tuple[Resolver, LanceDBMemory, Any]:
     """Resolve TICKETS tickets against ``server`` through the real adapter, with LanceDB memory (and ``cache`` as
     the request cache), under ``root``. Retry waits are capped at ``max_retry_wait`` seconds (Retry-After
     included) to keep the tests short; the adapter waits them out with ``sleep``. ``timeout`` is the adapter's
-    (each attempt's deadline is 1.5 times it): long enough by default that a loaded machine's slow healthy reply
-    never reads as a fault; the hang and the drip, which are about that clock, pass a short one."""
+    (CLOCK_TIMEOUT only where a test is about that clock)."""
     hooks = {"request": [counter]} if counter is not None else {}
     async with (
         httpx.AsyncClient(event_hooks=hooks) as client,
@@ -125,7 +126,7 @@ async def test_a_model_outage_leaves_one_trace_per_ticket_with_its_reason_and_bo
         counter, cache = AttemptCounter(), InProcessRequestCache()
         # Only a hang and a drip are about the adapter's clock; the other faults get a deadline a loaded machine
         # cannot reach, so what the trace says is the fault's (a 32 MiB reply read past 0.45 s read as a drip).
-        timeout = 0.3 if outage.kind in ("hang", "drip") else 10.0
+        timeout = CLOCK_TIMEOUT if outage.kind in ("hang", "drip") else SLACK_TIMEOUT
         resolver, memory, report = await run_batch(server, tmp_path, counter=counter, cache=cache, timeout=timeout)
         assert server.pending == 0
         # the server was still sending when the client gave up, every time (checked before closing ends a drip)
