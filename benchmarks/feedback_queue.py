@@ -267,10 +267,11 @@ class Paired:
     seeds: tuple[int, ...]
     queue: tuple[RunResult, ...]
     random: tuple[RunResult, ...]
+    scored: tuple[RunResult, ...] = ()  # the queue with no random share: its scored picks alone (context)
 
-    def figures(self, measure: str) -> tuple[float, float, float, float, float]:
-        """(queue mean, random mean, mean difference, low, high) in points."""
-        q = [100 * getattr(r, measure) for r in self.queue]
+    def figures(self, measure: str, *, arm: str = "queue") -> tuple[float, float, float, float, float]:
+        """(``arm``'s mean, random's mean, mean difference, low, high) in points."""
+        q = [100 * getattr(r, measure) for r in getattr(self, arm)]
         b = [100 * getattr(r, measure) for r in self.random]
         mean, low, high = t_interval([x - y for x, y in zip(q, b, strict=True)])
         return statistics.fmean(q), statistics.fmean(b), mean, low, high
@@ -281,14 +282,17 @@ class Paired:
 
 
 def run_stream(data: Embedded, seeds: Sequence[int], weights: QueueWeights) -> Paired:
-    queue, baseline = [], []
+    """Per shuffle: the queue as it ships (its random share included), random verdicts, and the queue's scored
+    picks alone (no random share: what the share costs at the same budget)."""
+    queue, baseline, scored = [], [], []
     for seed in seeds:
         queue.append(run_once(data, seed, "queue", weights))
         baseline.append(run_once(data, seed, "random", weights))
+        scored.append(run_once(data, seed, "queue", weights, random_share=0.0))
         _log(f"{data.spec.name} shuffle {seed}: queue top-1 {100 * queue[-1].top1:.1f}%, random "
-             f"{100 * baseline[-1].top1:.1f}%; served right {100 * queue[-1].served:.1f}% / "
-             f"{100 * baseline[-1].served:.1f}%")  # fmt: skip
-    return Paired(data.spec.name, tuple(seeds), tuple(queue), tuple(baseline))
+             f"{100 * baseline[-1].top1:.1f}%, scored picks alone {100 * scored[-1].top1:.1f}%; served right "
+             f"{100 * queue[-1].served:.1f}% / {100 * baseline[-1].served:.1f}%")  # fmt: skip
+    return Paired(data.spec.name, tuple(seeds), tuple(queue), tuple(baseline), tuple(scored))
 
 
 TUNING_NOTE = (
@@ -346,8 +350,31 @@ TUNING_NOTE = (
     "+4.0 / +4.7. The smallest margin stays. All of the above was measured with the learned judge's C at 10, the "
     "default until 2026-12-06; with 100, the default since (docs/learned-reflex.md), on the same tuning shuffles: the "
     "smallest margin +5.0 / +3.9 / +4.1, the first weights +2.8 / +3.0 / +2.9; the reported shuffles with C 10 gave "
-    "+4.5 (95% CI +1.7 to +7.4) on home and +4.7 (+2.6 to +6.8) on assistant (run 2026-12-05)."
+    "+4.5 (95% CI +1.7 to +7.4) on home and +4.7 (+2.6 to +6.8) on assistant (run 2026-12-05). Tried on "
+    "2026-12-06 with C 100 (same tuning shuffles; the smallest margin +5.0 / +3.9 / +4.1 there), none kept: picks "
+    "over each request's gradient embedding (the flattened answer distribution less the one-hot of its winner, "
+    "outer product with the request's vector, as BADGE does), seeded by k-means++ from the largest gradient: "
+    "+1.0 / +1.1 / +3.2; greedy k-center over the same embeddings: +4.8 / +3.7 / +6.5."
 )
+
+
+def _share_note(results: Sequence[Paired]) -> str:
+    """What the random share costs, from this run: the queue as it ships against its scored picks alone."""
+    parts = []
+    for paired in results:
+        if paired.scored:
+            _, _, shipped, _, _ = paired.figures("top1")
+            _, _, alone, low, high = paired.figures("top1", arm="scored")
+            parts.append(f"{paired.stream} {shipped:+.1f} with the share, {alone:+.1f} without it "
+                         f"(95% CI {low:+.1f} to {high:+.1f})")  # fmt: skip
+    return (
+        f"**What the random share costs.** The same budget of {BUDGET}, all of it to the queue's highest scores "
+        f'(random share 0, a setting, not the default), against the same random verdicts (the rows "the scored '
+        f'picks alone"), queue − random in points: {"; ".join(parts)}. The target reads the queue as it ships, '
+        f"with its {RANDOM_SHARE:.0%} share: those verdicts are the only ones the serving rules may read, so the "
+        f'share is what keeps their precision estimate unbiased (README, "Why the random share"); a task whose '
+        f"unsolicited verdicts already give the rules enough evidence can lower it (``random_share``)."
+    )
 
 
 def section(results: Sequence[Paired], weights: QueueWeights, note: str = "") -> Section:
@@ -371,6 +398,10 @@ def section(results: Sequence[Paired], weights: QueueWeights, note: str = "") ->
             q, b, mean, low, high = paired.figures(measure)
             lines.append([paired.stream, title, len(paired.seeds), f"{q:.1f}%", f"{b:.1f}%", f"{mean:+.1f}",
                           f"{low:+.1f} to {high:+.1f}"])  # fmt: skip
+        if paired.scored:
+            q, b, mean, low, high = paired.figures("top1", arm="scored")
+            lines.append([paired.stream, "top-1, the scored picks alone (random share 0)", len(paired.seeds),
+                          f"{q:.1f}%", f"{b:.1f}%", f"{mean:+.1f}", f"{low:+.1f} to {high:+.1f}"])  # fmt: skip
         q, b, mean, low, high = paired.figures("top1")
         rows.append(
             Row(
@@ -396,7 +427,7 @@ def section(results: Sequence[Paired], weights: QueueWeights, note: str = "") ->
         + "; ".join(parts)
         + ("." if not met else " (every stream).")
     )
-    notes = [verdict, *([note] if note else [])]
+    notes = [verdict, *([_share_note(results)] if any(p.scored for p in results) else []), *([note] if note else [])]
     if all(run.served_share == 0 for paired in results for run in (*paired.queue, *paired.random)):
         notes.append(
             "Served accuracy is 0 in both arms: with 10 verdicts per 50 requests (at most 170 on these streams) no "
