@@ -10,7 +10,9 @@ state fitted before its chunk (prequential), its predictions logged at every nod
 choice (``gil_core.learned.choose_queue`` over every request so far without a verdict, its 30% random share
 included) or to 10 of those same requests drawn uniformly at random; the answer key gives the verdicts and
 ``gil_core.learned.fit_state`` refits on an in-memory ``LearnedLog``, the queue-chosen verdicts marked so that the
-serving rules leave them out of their evidence, as the product does.
+serving rules leave them out of their evidence, as the product does. A third arm, reported as context and never
+read by the target, gives the whole budget to the queue's highest scores (random share 0): what the random share
+costs at the same budget.
 
 Measured over every request from position 150 on: the learned judge's **top-1 accuracy** (its own walk from the
 root, each node's most probable child, to an option or "none of these": what it has learned, served or not; the
