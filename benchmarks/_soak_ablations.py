@@ -14,10 +14,16 @@ Parts:
 - ``trim``: glibc's ``malloc_trim(0)`` before each sample.
 - ``regions``: each sample also lists the anonymous mappings and glibc's heap resident over 64 KiB (start,
   size and resident KiB), to diff between rounds.
+- ``files``: each sample also lists the resident KiB of every mapped file over 64 KiB (its mappings summed), to
+  see which library's code (or which data file) the file-backed growth is.
 - ``tracemalloc=N``: Python's allocations traced from the N-th sample on (10 frames); each later sample lists
   the 15 call sites whose live bytes grew most since then (``tracemalloc``'s own diff), and who holds the
   objects traced from the hash embedder (``holders``: the containers referring to them, by kind, with the
   container's own holder for dicts and lists). Slows the worker.
+- ``jeprof=DIR``: under a preloaded jemalloc with its sampling profiler on (``LD_PRELOAD=libjemalloc.so.2
+  MALLOC_CONF=prof:true,lg_prof_sample:16``), each sample also dumps jemalloc's heap profile to
+  ``DIR/<pid>.<sample>.heap``, to diff with ``jeprof --base`` (the live native allocations that grew between two
+  rounds, by native stack). Polars' and pyarrow's own allocators are not in it.
 """
 
 from __future__ import annotations
@@ -28,7 +34,10 @@ from typing import Any
 
 from benchmarks._proc_maps import mappings
 
-PARTS = ("no-lookups", "no-memory-writes", "shadows-once", "metadata-cache", "trim", "regions", "tracemalloc")
+PARTS = (
+    "no-lookups", "no-memory-writes", "shadows-once", "metadata-cache", "trim", "regions", "files", "tracemalloc",
+    "jeprof",
+)  # fmt: skip
 ENVIRONMENT = "GIL_SOAK_ABLATE"
 
 
@@ -87,12 +96,32 @@ def apply(parts: Mapping[str, str], sample: Callable[[], dict[str, Any]]) -> Cal
         line = sample()
         if "regions" in parts:
             line["regions"] = _regions()
+        if "files" in parts:
+            line["files"] = _files()
         samples += 1
+        if "jeprof" in parts:
+            line["jeprof"] = _jeprof_dump(parts["jeprof"], samples)
         if "tracemalloc" in parts:
             line |= _traced(traced, samples, int(parts["tracemalloc"] or 3))
         return line
 
     return sampled
+
+
+def _jeprof_dump(folder: str, samples: int) -> str | None:
+    """Dump jemalloc's heap profile for this sample; the file's path, or None without jemalloc's profiler."""
+    import os
+    from pathlib import Path
+
+    try:
+        mallctl = ctypes.CDLL(None).mallctl
+    except AttributeError:
+        return None
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    path = os.path.join(folder, f"{os.getpid()}.{samples}.heap").encode()
+    name = ctypes.c_char_p(path)
+    failed = mallctl(b"prof.dump", None, None, ctypes.byref(name), ctypes.sizeof(name))
+    return None if failed else path.decode()
 
 
 def _traced(first: list[Any], samples: int, start: int) -> dict[str, Any]:
@@ -143,6 +172,15 @@ def _holders(source: str, *, top: int = 10) -> list[tuple[str, int]]:
             kind += " in " + (type(owners[0]).__module__ + "." + type(owners[0]).__qualname__ if owners else "?")
         kinds[kind] += held
     return kinds.most_common(top)
+
+
+def _files() -> dict[str, int]:
+    """Resident KiB per mapped file (its mappings summed), for the files over 64 KiB."""
+    resident: dict[str, int] = {}
+    for mapping in mappings():
+        if mapping.path:
+            resident[mapping.path] = resident.get(mapping.path, 0) + mapping.resident_kib
+    return {path: kib for path, kib in resident.items() if kib >= 64}
 
 
 def _regions() -> list[tuple[str, int, int]]:

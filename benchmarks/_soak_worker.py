@@ -110,12 +110,37 @@ class _MallInfo2(ctypes.Structure):
     )]  # fmt: skip
 
 
+def _jemalloc_bytes(process: ctypes.CDLL) -> tuple[int, int] | None:
+    """With jemalloc as the process's malloc (``LD_PRELOAD``, a deployment choice the soak can be run under): its
+    bytes handed out and not taken back, and the resident bytes it holds beyond them; None without it."""
+    try:
+        mallctl = process.mallctl
+    except AttributeError:
+        return None
+    mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p,
+                        ctypes.c_size_t]  # fmt: skip
+    epoch = ctypes.c_uint64(1)
+    mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.sizeof(epoch))  # refresh the statistics
+    values = {}
+    for name in ("stats.allocated", "stats.resident"):
+        value, size = ctypes.c_size_t(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_size_t))
+        if mallctl(name.encode(), ctypes.byref(value), ctypes.byref(size), None, 0) != 0:
+            return None
+        values[name] = int(value.value)
+    return values["stats.allocated"], values["stats.resident"] - values["stats.allocated"]
+
+
 def _malloc_bytes() -> tuple[int, int] | tuple[None, None]:
     """Bytes glibc's malloc has handed out and not taken back (all arenas, mmapped blocks included), and the free
     bytes its arenas keep (freed, not given back to the system); None off glibc. LanceDB's buffers and Python's
-    objects past 512 bytes live there (smaller ones in Python's own arenas); Polars has its own allocator."""
+    objects past 512 bytes live there (smaller ones in Python's own arenas); Polars has its own allocator. Under
+    a preloaded jemalloc, jemalloc's own figures (``_jemalloc_bytes``)."""
+    process = ctypes.CDLL(None)
+    jemalloc = _jemalloc_bytes(process)
+    if jemalloc is not None:
+        return jemalloc
     try:
-        mallinfo2 = ctypes.CDLL(None).mallinfo2
+        mallinfo2 = process.mallinfo2
     except (OSError, AttributeError):
         return None, None
     mallinfo2.restype = _MallInfo2

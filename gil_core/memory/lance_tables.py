@@ -6,6 +6,8 @@ Never fork a process after it used LanceDB (hangs, lost writes): use spawn/forks
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections.abc import Awaitable, Iterator, Sequence
 from contextlib import contextmanager
@@ -22,9 +24,11 @@ if TYPE_CHECKING:
     from lancedb.table import AsyncTable
 
 __all__ = [
+    "ARROW_MEMORY_POOL",
     "KEEP_VERSIONS_FOR",
     "METADATA_CACHE_BYTES",
     "MemoryCompaction",
+    "arrow_memory_pool",
     "compact_memory",
     "connect_store",
     "has_table",
@@ -40,15 +44,36 @@ METADATA_CACHE_BYTES = 64 << 20
 """LanceDB's metadata cache (manifests, fragment and file metadata) per process. Its own default, 1 GiB, keeps the
 metadata of every table version a process read: a long-lived writer filled it (the soak's ~1 GB of native growth
 per process, issue 19). The latest versions' metadata is all a lookup or a write reads."""
+ARROW_MEMORY_POOL = "system"
+"""The allocator of pyarrow's buffers in a process that opens memory (``ARROW_DEFAULT_MEMORY_POOL``), unless the
+operator chose one. pyarrow's own default, mimalloc, kept growing in the soak's long-lived processes (about 5 to
+10 MiB more per process over six rounds than with the system allocator, and no faster: RELIABILITY.md,
+"Findings")."""
 KEEP_VERSIONS_FOR = timedelta(hours=1)  # compact_memory: table versions younger than this are kept
 _SESSIONS: dict[tuple[int, int | None], Session] = {}
 _SESSIONS_LOCK = threading.Lock()
+
+
+def arrow_memory_pool() -> None:
+    """Make ``ARROW_MEMORY_POOL`` pyarrow's default allocator in this process, unless ``ARROW_DEFAULT_MEMORY_POOL``
+    is set (the operator's choice stands). pyarrow reads that variable once, when it is first imported; if it was
+    imported before, its Python functions are pointed at the system pool instead (``pyarrow.set_memory_pool``),
+    and what its C++ code allocates by itself stays with the pool it chose."""
+    if "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
+        return
+    if "pyarrow" not in sys.modules:
+        os.environ["ARROW_DEFAULT_MEMORY_POOL"] = ARROW_MEMORY_POOL
+        return
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
 
 
 def lance_session(metadata_cache_bytes: int = METADATA_CACHE_BYTES, index_cache_bytes: int | None = None) -> Session:
     """The process's LanceDB session for these cache bounds (one per bound, shared by every connection that asks
     for it, so the bound holds for the process and not per connection). ``index_cache_bytes`` None keeps
     LanceDB's default (6 GiB), which only tasks answered from the vector index fill."""
+    arrow_memory_pool()
     import lancedb
 
     key = (metadata_cache_bytes, index_cache_bytes)

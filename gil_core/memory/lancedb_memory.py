@@ -53,6 +53,7 @@ from gil_core.memory._task_snapshots import TaskSnapshots
 from gil_core.memory._vectors import TaskVectors
 from gil_core.memory.lance_tables import (
     METADATA_CACHE_BYTES,
+    arrow_memory_pool,
     connect_store,
     has_table,
     lance_errors,
@@ -133,6 +134,7 @@ class LanceDBMemory:
                 f"refresh_interval must be between 0 and {MAX_REFRESH_INTERVAL} s, got {refresh_interval}"
             )
         os.environ.setdefault("LANCE_LOG", "error")  # LanceDB's Rust warnings would otherwise reach stderr
+        arrow_memory_pool()  # before this process's first pyarrow import, which snapshots or LanceDB make
         self._path, self._s3 = locate_store(path, s3)
         self._embedder = embedder
         self._table_name = table

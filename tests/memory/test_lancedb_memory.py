@@ -111,6 +111,52 @@ def test_lance_log_defaults_to_error_without_overriding_a_choice(
     assert os.environ["LANCE_LOG"] == "debug"
 
 
+_POOL_PROBE = """
+import asyncio, sys
+if sys.argv[2] == "pyarrow first":
+    import pyarrow
+from gil_core.memory import LanceDBMemory
+from gil_core.testing import HashEmbeddingModel
+
+async def main():
+    memory = LanceDBMemory(sys.argv[1], HashEmbeddingModel(8))
+    await memory.remember("support", "t-1", "where is my parcel", "On its way.")
+    assert (await memory.lookup("support", "where is my parcel", threshold=0.99)) is not None
+    import pyarrow as pa
+    before = pa.default_memory_pool().bytes_allocated()
+    kept = pa.array(list(range(100_000)))  # allocated by the default pool
+    print(pa.default_memory_pool().backend_name, pa.default_memory_pool().bytes_allocated() - before)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize(
+    ("chosen", "order", "pool"),
+    [(None, "memory first", "system"), (None, "pyarrow first", "system"), ("mimalloc", "memory first", "mimalloc")],
+)
+def test_memory_puts_pyarrow_s_buffers_on_the_system_allocator_unless_the_operator_chose_one(
+    tmp_path: Path, chosen: str | None, order: str, pool: str
+) -> None:
+    """pyarrow's default allocator kept growing in the soak's long-lived processes (RELIABILITY.md, "Findings"):
+    a process that opens memory allocates Arrow buffers with the system allocator, whether pyarrow was imported
+    before or not, unless ``ARROW_DEFAULT_MEMORY_POOL`` says otherwise. Each case is a fresh interpreter."""
+    import subprocess
+    import sys
+
+    environment = {key: value for key, value in os.environ.items() if key != "ARROW_DEFAULT_MEMORY_POOL"}
+    if chosen is not None:
+        environment["ARROW_DEFAULT_MEMORY_POOL"] = chosen
+    done = subprocess.run(
+        [sys.executable, "-c", _POOL_PROBE, str(tmp_path), order],
+        env=environment, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    backend, allocated = done.stdout.split()
+    assert backend == pool
+    assert int(allocated) >= 800_000  # the array's buffer was allocated by that pool
+
+
 async def test_lancedb_s_metadata_cache_is_bounded_per_process_across_many_writes(tmp_path: Path) -> None:
     """Every write makes a table version whose metadata LanceDB caches (its default bound is 1 GiB, which a
     long-lived writer fills: issue 19's soak). The memory's connections share one session per bound: after 80
