@@ -356,7 +356,16 @@ TUNING_NOTE = (
     "2026-12-06 with C 100 (same tuning shuffles; the smallest margin +5.0 / +3.9 / +4.1 there), none kept: picks "
     "over each request's gradient embedding (the flattened answer distribution less the one-hot of its winner, "
     "outer product with the request's vector, as BADGE does), seeded by k-means++ from the largest gradient: "
-    "+1.0 / +1.1 / +3.2; greedy k-center over the same embeddings: +4.8 / +3.7 / +6.5."
+    "+1.0 / +1.1 / +3.2; greedy k-center over the same embeddings: +4.8 / +3.7 / +6.5. Tried on 2026-12-06 (a "
+    "later sitting; the smallest margin +5.0 / +3.9 / +4.1 on the tuning shuffles), not kept: the probabilities "
+    "tempered before the margin (each raised to 1/T and renormalized), T 2 and 4, and the logit gap: +3.6 / +3.6 / "
+    "+5.1, +6.0 / +3.6 / +5.7, +2.5 / +3.8 / +4.0 (no direction). **A reference point from the answer key** "
+    "(scratch code, not kept): the 7 scored picks replaced by requests the judge answers wrong at that moment "
+    "(the smallest margins among them first), the 3 random picks as the queue draws them: +5.2 / +4.5 / +7.3 on the "
+    "tuning shuffles and +5.8 / +6.1 (home / assistant) on the reported ones, where the queue as it ships has +2.8 / "
+    "+4.6. Knowing which answers are wrong is not the best possible choice, but it is what a score of uncertainty "
+    "tries to find: on home the margin found about all of that lead on the tuning shuffles and half of it on the "
+    "reported ones."
 )
 
 
