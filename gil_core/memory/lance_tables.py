@@ -46,8 +46,8 @@ metadata of every table version a process read: a long-lived writer filled it (t
 per process, issue 19). The latest versions' metadata is all a lookup or a write reads."""
 ARROW_MEMORY_POOL = "system"
 """The allocator of pyarrow's buffers in a process that opens memory (``ARROW_DEFAULT_MEMORY_POOL``), unless the
-operator chose one. pyarrow's own default, mimalloc, kept growing in the soak's long-lived processes (about 5 to
-10 MiB more per process over six rounds than with the system allocator, and no faster: RELIABILITY.md,
+operator chose one. pyarrow's own default, mimalloc, kept growing in the soak's long-lived processes (about 5 MiB
+more per process on average over six rounds than with the system allocator, and no faster: RELIABILITY.md,
 "Findings")."""
 KEEP_VERSIONS_FOR = timedelta(hours=1)  # compact_memory: table versions younger than this are kept
 _SESSIONS: dict[tuple[int, int | None], Session] = {}
@@ -57,8 +57,8 @@ _SESSIONS_LOCK = threading.Lock()
 def arrow_memory_pool() -> None:
     """Make ``ARROW_MEMORY_POOL`` pyarrow's default allocator in this process, unless ``ARROW_DEFAULT_MEMORY_POOL``
     is set (the operator's choice stands). pyarrow reads that variable once, when it is first imported; if it was
-    imported before, its Python functions are pointed at the system pool instead (``pyarrow.set_memory_pool``),
-    and what its C++ code allocates by itself stays with the pool it chose."""
+    imported before, its Python functions are pointed at that pool instead (``pyarrow.set_memory_pool``), and
+    what its C++ code allocates by itself stays with the pool it chose."""
     if "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
         return
     if "pyarrow" not in sys.modules:
@@ -66,7 +66,7 @@ def arrow_memory_pool() -> None:
         return
     import pyarrow as pa
 
-    pa.set_memory_pool(pa.system_memory_pool())
+    pa.set_memory_pool(getattr(pa, f"{ARROW_MEMORY_POOL}_memory_pool")())
 
 
 def lance_session(metadata_cache_bytes: int = METADATA_CACHE_BYTES, index_cache_bytes: int | None = None) -> Session:
