@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 import threading
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
@@ -115,6 +117,30 @@ class TraceRow:
 
 _COLUMNS: tuple[str, ...] = tuple(item.name for item in fields(TraceRow))
 
+
+class _RecentRows:
+    """The rows of the traces a resolver stored last, the oldest stored going first (a read keeps a row no longer).
+
+    Each row is held as one compressed string of bytes: a row as a dataclass of Python strings took ~1.5 KB and
+    ~20 objects, scattered through the allocator's pools as the batch's short-lived objects came and went; as
+    one block it takes ~0.6 KB (RELIABILITY.md, "Soak with faults"). Only rows this object wrote are ever read
+    back. Not thread-safe: the caller holds a lock."""
+
+    def __init__(self, capacity: int) -> None:
+        self._rows: FIFOCache[str, bytes] = FIFOCache(capacity)
+
+    def put(self, row: TraceRow) -> None:
+        values = tuple(getattr(row, name) for name in _COLUMNS)
+        self._rows[row.trace_id] = zlib.compress(pickle.dumps(values, pickle.HIGHEST_PROTOCOL), 1)
+
+    def get(self, trace_id: str) -> TraceRow | None:
+        held = self._rows.get(trace_id)
+        return None if held is None else TraceRow(*pickle.loads(zlib.decompress(held)))  # written by ``put``
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
 _REASON_CHARS = 500  # of a failure's text kept in ``unlearned_verdicts``: the log has it whole
 _NAMED_TRACES = 5  # trace ids a warning names when memory failed to learn a chunk of verdicts
 
@@ -156,8 +182,8 @@ class Feedback:
         self._memory = memory
         self._learner = learner
         # Rows of traces this resolver stored recently: feedback usually follows soon, and a scan of the
-        # traces table costs a read of every file in it. The oldest stored goes first: a read keeps a row no longer.
-        self._recent: FIFOCache[str, TraceRow] = FIFOCache(_RECENT_TRACES)
+        # traces table costs a read of every file in it.
+        self._recent = _RecentRows(_RECENT_TRACES)
         self._recent_lock = threading.Lock()  # cachetools caches are not thread-safe
         self._evidence_by_task: dict[str, MemoryEvidence] = {}
         self._shadows: dict[str, Mapping[str, list[Candidate]]] = {}
@@ -378,7 +404,7 @@ class Feedback:
 
     def _keep(self, row: TraceRow) -> None:
         with self._recent_lock:
-            self._recent[row.trace_id] = row
+            self._recent.put(row)
 
     def _judged(self, task: str, where: pl.Expr | None = None, *columns: str) -> pl.DataFrame:
         """The task's traces that carry a verdict (those ``where`` holds, when given; ``columns`` of them, or

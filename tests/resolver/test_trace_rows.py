@@ -14,7 +14,7 @@ import pytest
 from gil_core.batch import Verdict
 from gil_core.batch_feedback import apply_verdicts
 from gil_core.errors import GilError, SchemaViolationError
-from gil_core.feedback import TraceRow
+from gil_core.feedback import TraceRow, _RecentRows
 from gil_core.memory import LexicalMemory, MemoryChanges
 from gil_core.resolver import Resolver
 from gil_core.tasks import TaskDefinition
@@ -46,6 +46,24 @@ async def test_a_stored_trace_reads_back_as_the_row_it_is(tmp_path: Path) -> Non
     assert row["feedback_verdict"] == "wrong" and row["feedback_correction"] == "Refunds take five days."
     with pytest.raises(SchemaViolationError, match="unknown columns"):
         TraceRow.from_row({**row, "surprise": 1})
+
+
+async def test_the_rows_kept_for_feedback_read_back_as_stored_and_the_oldest_kept_goes_first(tmp_path: Path) -> None:
+    store = TelemetryStore(tmp_path / "store")
+    resolver = Resolver(ScriptedChatModel(responder=lambda *_, **__: ScriptedReply("B")), store)
+    task = support_task(memory_threshold=None)
+    for trace_id, text in (("a", "where is my refund?"), ("b", "환불은 언제 되나요?"), ("c", "and my parcel?")):
+        await resolver.resolve(task, text, trace_id=trace_id)
+    await resolver.feedback(task, "a", correct=False, correction="Refunds take five days.")
+    stored = {row["trace_id"]: TraceRow.from_row(row) for row in store.read("traces").iter_rows(named=True)}
+    kept = _RecentRows(2)
+    for trace_id in ("a", "b", "c"):
+        kept.put(stored[trace_id])
+    assert (kept.get("a"), kept.get("b"), kept.get("c"), len(kept)) == (None, stored["b"], stored["c"], 2)
+    kept.put(stored["a"])  # a verdict's row comes in again as the newest
+    assert (kept.get("a"), kept.get("b")) == (stored["a"], None)
+    assert stored["a"].feedback_correction == "Refunds take five days."
+    assert stored["b"].state == "환불은 언제 되나요?" and stored["b"].created_at.tzinfo is not None
 
 
 def _unlearning(tmp_path: Path) -> tuple[TelemetryStore, _Unlearning, Resolver, TaskDefinition]:
