@@ -384,9 +384,7 @@ class Feedback:
                     found[trace_id] = row
         missing = list(dict.fromkeys(trace_id for trace_id in trace_ids if trace_id not in found))
         if missing:
-            rows = self._store.rescanning(
-                lambda: self._store.scan("traces").filter(pl.col("trace_id").is_in(missing)).collect()
-            )
+            rows = self._store.rescanning(lambda: self._store.scan("traces", only={"trace_id": missing}).collect())
             for item in rows.iter_rows(named=True):
                 found[item["trace_id"]] = TraceRow.from_row(item)
         for trace_id in trace_ids:

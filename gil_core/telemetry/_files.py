@@ -113,16 +113,27 @@ def scan_files(table: str, folder: Folder, names: Sequence[str], *, typed: bool 
 
 
 def plan(
-    table: str, folder: Folder, files: Sequence[str], compacted: Mapping[str, Compacted], *, keep_seq: bool
+    table: str,
+    folder: Folder,
+    files: Sequence[str],
+    compacted: Mapping[str, Compacted],
+    *,
+    keep_seq: bool,
+    only: pl.Expr | None = None,
 ) -> pl.LazyFrame:
     """The table as these live files hold it, lazily: in write order, the last row per key of a keyed table,
-    a counters table summed per key; ``keep_seq`` keeps the order key (a compaction writes it)."""
+    a counters table summed per key; ``keep_seq`` keeps the order key (a compaction writes it).
+
+    ``only``, a filter on the key columns of a keyed table, is applied to each file as it is read: it keeps or
+    drops all the rows of a key together, so the last row per key is the same, and the rows it drops are never
+    held (Polars does not move a filter below the sort and row index that take the last row per key)."""
     dtypes = DTYPES[table]
     if not files:
         return pl.LazyFrame(schema=dtypes if not keep_seq else {**dtypes, SEQ: pl.Int64})
 
     def scan(names: Sequence[str]) -> pl.LazyFrame:
-        return scan_files(table, folder, names)
+        frame = scan_files(table, folder, names)
+        return frame if only is None else frame.filter(only)
 
     key = KEYS.get(table)
     if not in_write_order(folder, files, compacted):

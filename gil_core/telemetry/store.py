@@ -63,7 +63,7 @@ import functools
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -263,12 +263,22 @@ class TelemetryStore:
         self._commits.flush()
         return self._guarded(table, "read", lambda: self._read(table, folder))
 
-    def scan(self, table: str) -> pl.LazyFrame:
+    def scan(self, table: str, *, only: Mapping[str, Collection[Any]] | None = None) -> pl.LazyFrame:
         """A lazy view of ``read(table)`` over the files present now (see the module doc on compaction), after
-        flushing what an open group of this store object has queued."""
+        flushing what an open group of this store object has queued.
+
+        ``only`` keeps the rows whose key columns (of a keyed table: ``KEYS``) hold one of the values given for
+        each: the same rows as ``.filter`` after the scan, but each file is filtered as it is read, so a lookup of
+        a few keys holds those rows only, not the whole table."""
         folder = self._folder(table)
+        where = None
+        if only is not None:
+            outside = sorted(set(only) - set(KEYS.get(table, ())))
+            if outside:
+                raise ValueError(f"table {table!r}: only= takes its key columns {KEYS.get(table, ())}, not {outside}")
+            where = pl.all_horizontal(pl.col(column).is_in(list(values)) for column, values in only.items())
         self._commits.flush()
-        return self._guarded(table, "scan", lambda: self._scan(table, folder))
+        return self._guarded(table, "scan", lambda: self._scan(table, folder, where))
 
     def traced(self, task: str, trace_ids: Iterable[str]) -> set[str]:
         """Which of ``trace_ids`` the store holds a trace of ``task`` for (its newest row says ``task``), after
@@ -285,8 +295,8 @@ class TelemetryStore:
             return {trace_id for trace_id in wanted if newest.get(trace_id) == task}
         found = self.rescanning(
             lambda: (
-                self.scan("traces")
-                .filter((pl.col("task") == task) & pl.col("trace_id").is_in(wanted))
+                self.scan("traces", only={"trace_id": wanted})
+                .filter(pl.col("task") == task)
                 .select("trace_id")
                 .collect()
             )
@@ -447,12 +457,11 @@ class TelemetryStore:
                 _log.debug("table %r: %s went while it was being read: listing again", table, exc.filename or exc)
         raise TelemetryError(f"table {table!r}: could not get a stable listing of {folder.where}")
 
-    def _scan(self, table: str, folder: Folder) -> pl.LazyFrame:
+    def _scan(self, table: str, folder: Folder, only: pl.Expr | None = None) -> pl.LazyFrame:
         for _ in range(_READ_ATTEMPTS):
             try:
-                return plan(
-                    table, folder, self._list(table, folder, checked=True).live, self._compacted, keep_seq=False
-                )
+                live = self._list(table, folder, checked=True).live
+                return plan(table, folder, live, self._compacted, keep_seq=False, only=only)
             except FileNotFoundError:
                 pass
         raise TelemetryError(f"table {table!r}: could not get a stable listing of {folder.where}")

@@ -457,6 +457,25 @@ def test_reads_match_a_model_of_last_writes_through_any_appends_and_compactions(
                 assert read("store_meta").rows() == last_rows
                 assert read("reviews")["item_id"].to_list() == logged
                 assert read("node_stats").select("node_id", "hits").rows() == list(counted.items())
+            chosen = [*sorted(keyed)[::2], "never written"]  # read with each file filtered as it is read
+            only = store.scan("store_meta", only={"key": chosen}).collect().rows()
+            assert only == [(key, value) for key, value in last_rows if key in chosen]
+
+
+def test_a_scan_for_some_keys_reads_the_rows_a_filter_after_the_scan_keeps_and_takes_key_columns_only(
+    store: TelemetryStore,
+) -> None:
+    store.record_trace(make_trace(trace_id="t1", output="first"))
+    store.record_trace(make_trace(trace_id="t2"))
+    store.compact("traces")
+    store.record_trace(make_trace(trace_id="t1", output="second"))  # supersedes t1 of the compacted file
+    store.record_trace(make_trace(trace_id="t3"))
+    wanted = ["t1", "t3", "t9"]
+    only = store.scan("traces", only={"trace_id": wanted}).collect()
+    assert only.equals(store.scan("traces").filter(pl.col("trace_id").is_in(wanted)).collect())
+    assert only.select("trace_id", "output").rows() == [("t1", "second"), ("t3", make_trace().output)]
+    with pytest.raises(ValueError, match=r"only= takes its key columns \('trace_id',\), not \['task'\]"):
+        store.scan("traces", only={"task": ["support"]})
 
 
 def test_a_scan_whose_files_a_compaction_deleted_before_the_collect_is_scanned_again(tmp_path: Path) -> None:
