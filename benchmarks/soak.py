@@ -409,6 +409,8 @@ def main(arguments: list[str]) -> None:
     parser.add_argument("--tasks", type=int, help="processes with a task of their own (a longer or smaller run "
                         "than the published one; such a run prints only, unless --output)")  # fmt: skip
     parser.add_argument("--rounds", type=int, help="rounds per process (as --tasks)")
+    parser.add_argument("--compact-every", type=float, help=f"seconds between the compactor's passes (default "
+                        f"{FULL.compact_every_s:g}; as --tasks)")  # fmt: skip
     parser.add_argument("--ablate", default="", help="parts of each worker taken out, comma-separated (a diagnostic: "
                         "benchmarks/_soak_ablations.py lists them); such a run prints only")  # fmt: skip
     options = parser.parse_args(arguments)
@@ -419,15 +421,24 @@ def main(arguments: list[str]) -> None:
     os.environ[_soak_ablations.ENVIRONMENT] = options.ablate
     os.environ.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1")
     plan = QUICK if options.quick else FULL
-    custom = options.tasks is not None or options.rounds is not None or bool(options.ablate)
+    custom = (
+        options.tasks is not None or options.rounds is not None or options.compact_every is not None
+        or bool(options.ablate)
+    )  # fmt: skip
     if options.rounds is not None and options.rounds <= WARM_UP_ROUNDS:
         parser.error(f"--rounds must be more than the {WARM_UP_ROUNDS} warm-up rounds")
     if custom:
-        plan = dataclasses.replace(plan, tasks=options.tasks or plan.tasks, rounds=options.rounds or plan.rounds)
+        plan = dataclasses.replace(
+            plan,
+            tasks=options.tasks or plan.tasks,
+            rounds=options.rounds or plan.rounds,
+            compact_every_s=options.compact_every or plan.compact_every_s,
+        )
     work = options.keep or Path(tempfile.mkdtemp(prefix="gil-soak-"))
     print(f"soak: {plan.requests:,} requests in {plan.tasks + 2} processes, work folder {work}", flush=True)
     measured = run(plan, work)
     flags = " --quick" * options.quick + (f" --tasks {plan.tasks} --rounds {plan.rounds}" if custom else "")
+    flags += f" --compact-every {plan.compact_every_s:g}" if options.compact_every is not None else ""
     flags += f" --ablate {options.ablate}" if options.ablate else ""
     published = not (options.quick or custom)
     built = section(plan, measured, not published, flags)
