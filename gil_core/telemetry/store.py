@@ -275,7 +275,9 @@ class TelemetryStore:
         if only is not None:
             outside = sorted(set(only) - set(KEYS.get(table, ())))
             if outside:
-                raise ValueError(f"table {table!r}: only= takes its key columns {KEYS.get(table, ())}, not {outside}")
+                raise TelemetryError(
+                    f"table {table!r}: only= takes its key columns {KEYS.get(table, ())}, not {outside}"
+                )
             where = pl.all_horizontal(pl.col(column).is_in(list(values)) for column, values in only.items())
         self._commits.flush()
         return self._guarded(table, "scan", lambda: self._scan(table, folder, where))

@@ -474,7 +474,7 @@ def test_a_scan_for_some_keys_reads_the_rows_a_filter_after_the_scan_keeps_and_t
     only = store.scan("traces", only={"trace_id": wanted}).collect()
     assert only.equals(store.scan("traces").filter(pl.col("trace_id").is_in(wanted)).collect())
     assert only.select("trace_id", "output").rows() == [("t1", "second"), ("t3", make_trace().output)]
-    with pytest.raises(ValueError, match=r"only= takes its key columns \('trace_id',\), not \['task'\]"):
+    with pytest.raises(TelemetryError, match=r"only= takes its key columns \('trace_id',\), not \['task'\]"):
         store.scan("traces", only={"task": ["support"]})
 
 
