@@ -123,7 +123,7 @@ class _RecentRows:
 
     Each row is held as one compressed string of bytes: a row as a dataclass of Python strings took ~1.5 KB and
     ~20 objects, scattered through the allocator's pools as the batch's short-lived objects came and went; as
-    one block it takes ~0.6 KB (RELIABILITY.md, "Soak with faults"). Only rows this object wrote are ever read
+    one block it takes ~0.7 KB (RELIABILITY.md, "Findings"). Only rows this object wrote are ever read
     back. Not thread-safe: the caller holds a lock."""
 
     def __init__(self, capacity: int) -> None:
