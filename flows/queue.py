@@ -271,8 +271,8 @@ def stored_verdicts(store: TelemetryStore, task: str, trace_ids: Sequence[str]) 
     """The verdict and correction each of ``trace_ids`` carries now, and which of them are do-not-record."""
     rows = store.rescanning(
         lambda: (
-            store.scan("traces")
-            .filter((pl.col("task") == task) & pl.col("trace_id").is_in(list(trace_ids)))
+            store.scan("traces", only={"trace_id": trace_ids})
+            .filter(pl.col("task") == task)
             .select("trace_id", "state", "feedback_verdict", "feedback_correction")
             .collect()
         )

@@ -476,8 +476,7 @@ def write_results(
 def _result_rows(store: TelemetryStore, trace_ids: list[str]) -> dict[str, dict[str, Any]]:
     traces = store.rescanning(
         lambda: (
-            store.scan("traces")
-            .filter(pl.col("trace_id").is_in(trace_ids))
+            store.scan("traces", only={"trace_id": trace_ids})
             .select("trace_id", "mode", "output", "label", "confidence", "energy", "path", "failure")
             .collect()
         )

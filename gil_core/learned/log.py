@@ -223,12 +223,10 @@ def _vectors(
 ) -> tuple[list[Confirmed], NDArray[np.float32]]:
     if not confirmed:
         return [], np.zeros((0, 0), dtype=np.float32)
-    wanted = pl.DataFrame({"trace_id": [item.trace_id for item in confirmed]})
     found = (
-        store.scan("vectors")
+        store.scan("vectors", only={"trace_id": [item.trace_id for item in confirmed]})
         .filter((pl.col("task") == task) & (pl.col("model") == embedder))
         .select("trace_id", "dimensions", "vector")
-        .join(wanted.lazy(), on="trace_id", how="semi")
         .collect()
     )
     if found.is_empty():

@@ -394,10 +394,9 @@ def read_unconfirmed(store: TelemetryStore, task: str, *, embedder: str) -> list
         .join(pl.DataFrame({"trace_id": sorted(issued)}, schema={"trace_id": pl.String()}), on="trace_id", how="anti")
     )
     vectors = (
-        store.scan("vectors")
+        store.scan("vectors", only={"trace_id": traces["trace_id"].to_list()})
         .filter((pl.col("task") == task) & (pl.col("model") == embedder))
         .select("trace_id", "dimensions", "vector")
-        .join(traces.select("trace_id").lazy(), on="trace_id", how="semi")
         .collect()
     )
     found = {row[0]: _unit(row[2], row[1]) for row in vectors.iter_rows() if len(row[2]) == 4 * row[1]}
