@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
+from gil_core.errors import TelemetryError
 from gil_core.storage import Folder
 from gil_core.telemetry.schemas import COUNTERS, DTYPES, KEYS
 
@@ -119,21 +120,23 @@ def plan(
     compacted: Mapping[str, Compacted],
     *,
     keep_seq: bool,
-    only: pl.Expr | None = None,
+    only: Mapping[str, Collection[Any]] | None = None,
 ) -> pl.LazyFrame:
     """The table as these live files hold it, lazily: in write order, the last row per key of a keyed table,
     a counters table summed per key; ``keep_seq`` keeps the order key (a compaction writes it).
 
-    ``only``, a filter on the key columns of a keyed table, is applied to each file as it is read: it keeps or
-    drops all the rows of a key together, so the last row per key is the same, and the rows it drops are never
-    held (Polars does not move a filter below the sort and row index that take the last row per key)."""
+    ``only`` ({key column: values}, of a keyed table) keeps the rows whose key columns hold one of their values,
+    each file filtered as it is read: the filter keeps or drops all the rows of a key together, so the last row
+    per key is the same, and the rows it drops are never held (Polars does not move a filter below the sort and
+    row index that take the last row per key)."""
+    where = None if only is None else _key_filter(table, only)
     dtypes = DTYPES[table]
     if not files:
         return pl.LazyFrame(schema=dtypes if not keep_seq else {**dtypes, SEQ: pl.Int64})
 
     def scan(names: Sequence[str]) -> pl.LazyFrame:
         frame = scan_files(table, folder, names)
-        return frame if only is None else frame.filter(only)
+        return frame if where is None else frame.filter(where)
 
     key = KEYS.get(table)
     if not in_write_order(folder, files, compacted):
@@ -154,6 +157,14 @@ def plan(
     if not key and table in COUNTERS:
         frame = _sum_counters(table, frame)
     return frame if keep_seq else frame.drop(SEQ)
+
+
+def _key_filter(table: str, only: Mapping[str, Collection[Any]]) -> pl.Expr:
+    keys = KEYS.get(table, ())
+    outside = sorted(set(only) - set(keys))
+    if outside:
+        raise TelemetryError(f"table {table!r}: only= takes its key columns {keys}, not {outside}")
+    return pl.all_horizontal(pl.col(column).is_in(list(values)) for column, values in only.items())
 
 
 def _last_per_key(frame: pl.LazyFrame, key: Sequence[str]) -> pl.LazyFrame:

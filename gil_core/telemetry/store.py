@@ -265,22 +265,11 @@ class TelemetryStore:
 
     def scan(self, table: str, *, only: Mapping[str, Collection[Any]] | None = None) -> pl.LazyFrame:
         """A lazy view of ``read(table)`` over the files present now (see the module doc on compaction), after
-        flushing what an open group of this store object has queued.
-
-        ``only`` keeps the rows whose key columns (of a keyed table: ``KEYS``) hold one of the values given for
-        each: the same rows as ``.filter`` after the scan, but each file is filtered as it is read, so a lookup of
-        a few keys holds those rows only, not the whole table."""
+        flushing what an open group of this store object has queued. ``only`` ({key column: values}): those keys'
+        rows, each file filtered as it is read, so a lookup of a few keys holds only their rows (``plan``)."""
         folder = self._folder(table)
-        where = None
-        if only is not None:
-            outside = sorted(set(only) - set(KEYS.get(table, ())))
-            if outside:
-                raise TelemetryError(
-                    f"table {table!r}: only= takes its key columns {KEYS.get(table, ())}, not {outside}"
-                )
-            where = pl.all_horizontal(pl.col(column).is_in(list(values)) for column, values in only.items())
         self._commits.flush()
-        return self._guarded(table, "scan", lambda: self._scan(table, folder, where))
+        return self._guarded(table, "scan", lambda: self._scan(table, folder, only))
 
     def traced(self, task: str, trace_ids: Iterable[str]) -> set[str]:
         """Which of ``trace_ids`` the store holds a trace of ``task`` for (its newest row says ``task``), after
@@ -459,7 +448,7 @@ class TelemetryStore:
                 _log.debug("table %r: %s went while it was being read: listing again", table, exc.filename or exc)
         raise TelemetryError(f"table {table!r}: could not get a stable listing of {folder.where}")
 
-    def _scan(self, table: str, folder: Folder, only: pl.Expr | None = None) -> pl.LazyFrame:
+    def _scan(self, table: str, folder: Folder, only: Mapping[str, Collection[Any]] | None = None) -> pl.LazyFrame:
         for _ in range(_READ_ATTEMPTS):
             try:
                 live = self._list(table, folder, checked=True).live
