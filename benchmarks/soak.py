@@ -2,7 +2,8 @@
 OpenAI-compatible server injecting 2% faults (connection resets, 500s, slow replies), verdicts given between
 rounds and the stores compacted while they are written; then every ticket must have exactly one trace, nothing
 acknowledged may be missing, open file handles stay flat, and each process's RSS growth after a warm-up stays
-within 10% of what its remembered entries and documented caches account for.
+within 10% of what its remembered entries and documented caches account for (the RSS read after each round once
+it stops falling: ``_soak_worker.settled_rss``; the span: ``span``).
 
 Processes (each its own interpreter, ``benchmarks._soak_worker``): one per task, plus a pair on one task and one
 ticket stream, which takes turns through the task's batch lock (``gil_core.batch_lock``: the second waits for the
@@ -52,6 +53,7 @@ FAULT_MIX = {"reset": 0.007, "500": 0.007, "slow": 0.006}
 SLOW_SECONDS = 0.5
 WARM_UP_ROUNDS = 2  # rounds whose growth is not held against the process (imports, first opens)
 RSS_SLACK = 0.10
+UNSPANNED_RESOLVING = "it resolved no round of its own before its last and gave no verdicts"
 
 
 @dataclass(frozen=True)
@@ -251,29 +253,55 @@ def mib(value: float) -> str:
     return f"{value / 2**20:,.1f} MiB"
 
 
-def growth(worker: Worker) -> dict[str, float]:
-    """RSS and accounted bytes from the end of the warm-up to the last sample; fds over the same span."""
-    samples = worker.lines
-    # The warm-up ends after its rounds and once the process has resolved a round itself (the pair's second
-    # process may first only find rounds done, before it has imported and opened what resolving needs).
-    resolving = next((index for index, line in enumerate(samples) if line.get("resolved")), 0)
+def first_resolving(samples: Sequence[Mapping[str, Any]]) -> int:
+    """The first round the process resolved tickets in itself (its last when it never did)."""
+    return next((index for index, line in enumerate(samples) if line.get("resolved")), len(samples) - 1)
+
+
+def span(samples: Sequence[Mapping[str, Any]]) -> tuple[int, int] | str:
+    """The samples the growth is read between (indexes), or why there are none.
+
+    It starts where the warm-up ends: after its rounds, and once the process has resolved a round itself (the
+    pair's second process may first only find rounds done, before it has imported and opened what resolving
+    needs), unless it gives verdicts (the pair's first process), which is work of its own from the first round.
+    It ends at the last sample, or, for a process that gives verdicts and first resolved tickets in its last round
+    (having found every other round done), at the one before: that round ran what no round before it did, and the
+    rounds before it are that process's steady state."""
+    end, resolving = len(samples) - 1, first_resolving(samples)
+    if resolving == end and any(line.get("verdicts") for line in samples):
+        end, resolving = (end - 1 if samples[end].get("resolved") else end), 0
     start = max(WARM_UP_ROUNDS - 1, resolving)
-    first, last = samples[start], samples[-1]
+    return (start, end) if start < end else UNSPANNED_RESOLVING
+
+
+def growth(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """RSS (settled: ``_soak_worker.settled_rss``; all, file-backed and anonymous) and accounted bytes over the
+    ``span``; fds and threads from its start to the last sample; and, beside them, the growth as read before the
+    samples waited for the RSS to settle (at the rounds' ends, from the warm-up's end to the last sample)."""
+    found = span(samples)
+    start, end = (len(samples) - 1, len(samples) - 1) if isinstance(found, str) else found
+    first, last = samples[start], samples[end]
     accounted = {key: last["accounted"][key] - first["accounted"][key] for key in last["accounted"]}
     named = sum(value for key, value in accounted.items() if not key.startswith("other"))
-    after = samples[start:]
+    after = samples[start:]  # open files and threads: from the warm-up's end to the last sample
     malloc = (last["malloc"] - first["malloc"]) if last.get("malloc") is not None else None
     malloc_free = (last["malloc_free"] - first["malloc_free"]) if last.get("malloc_free") is not None else None
-    file_backed = (last["rss_file"] - first["rss_file"]) if "rss_file" in last else None
+    settled = [line.get("settled", line) for line in samples]
     return {
-        "warm_up": start + 1, "spanned": start < len(samples) - 1,
-        "malloc_growth": malloc, "malloc_free_growth": malloc_free, "file_growth": file_backed,
-        "rss_start": first["rss"], "rss_end": last["rss"], "rss_growth": last["rss"] - first["rss"],
-        "rss_peak": max(s["rss"] for s in samples), "accounted_growth": named,
+        "warm_up": start + 1, "until": end + 1, "spanned": not isinstance(found, str),
+        "unspanned": found if isinstance(found, str) else None,
+        "malloc_growth": malloc, "malloc_free_growth": malloc_free,
+        "file_growth": settled[end]["rss_file"] - settled[start]["rss_file"],
+        "anon_growth": settled[end]["rss_anon"] - settled[start]["rss_anon"],
+        "rss_start": settled[start]["rss"], "rss_end": settled[end]["rss"],
+        "rss_growth": settled[end]["rss"] - settled[start]["rss"],
+        "round_end_growth": last["rss"] - first["rss"],
+        "settle_s": [line.get("settled", {}).get("settle_s", 0.0) for line in samples],
+        "rss_peak": max(line["rss"] for line in samples), "accounted_growth": named,
         "other_growth": accounted.get("other reachable from the runtime", 0),
-        "fds_min": min(s["fds"] for s in after), "fds_max": max(s["fds"] for s in after),
-        "fds_first": first["fds"], "fds_last": last["fds"],
-        "threads_max": max(s["threads"] for s in after), "threads_first": first["threads"],
+        "fds_min": min(line["fds"] for line in after), "fds_max": max(line["fds"] for line in after),
+        "fds_first": after[0]["fds"], "fds_last": after[-1]["fds"],
+        "threads_max": max(line["threads"] for line in after), "threads_first": after[0]["threads"],
     }  # fmt: skip
 
 
@@ -288,6 +316,10 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
     warm_start = max(w.lines[WARM_UP_ROUNDS - 1]["at"] for w in workers if w.task != "soak-pair")
     warm_end = max(w.lines[-1]["at"] for w in workers)
     held_rate = warm_resolved / max(warm_end - warm_start, 1e-9)
+    # Each process pauses after each round's sample for its RSS to settle (``settled_rss``); the others run on
+    # meanwhile, so the wall time above includes the pauses without being stretched by all of them.
+    settling = statistics.mean(sum(s.get("settled", {}).get("settle_s", 0.0) for s in w.lines[WARM_UP_ROUNDS - 1 : -1])
+                               for w in workers)  # fmt: skip
     round_rates = [
         line["resolved"] / line["resolve_s"] for line in warm if line.get("resolved") and line["resolve_s"] > 0
     ]
@@ -297,11 +329,14 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
     pair_resolved = [sum(line.get("resolved", 0) for line in w.lines) for w in pair]
     pair_done_before = sum(line.get("done_before", 0) for w in pair for line in w.lines)
     pair_skipped = sum(not line["held"] for w in pair for line in w.lines)
-    growths = {w.name: growth(w) for w in workers}
-    # A process whose warm-up ends at its last round (the pair's one that first resolved a round last) has no growth
-    # to set against anything: it is named so, and left out of the verdict.
+    growths = {w.name: growth(w.lines) for w in workers}
+    # A process that resolved no round of its own has no growth to set against anything: it is named so, and left
+    # out of the verdict. A process whose warm-up never ended fails it.
     rss_ok = all(
-        g["rss_growth"] <= (1 + RSS_SLACK) * max(g["accounted_growth"], 0) for g in growths.values() if g["spanned"]
+        g["rss_growth"] <= (1 + RSS_SLACK) * max(g["accounted_growth"], 0)
+        if g["spanned"]
+        else g["unspanned"] == UNSPANNED_RESOLVING
+        for g in growths.values()
     )
     fds_flat = all(g["fds_max"] - g["fds_min"] <= 2 and g["fds_last"] <= g["fds_first"] + 1 for g in growths.values())
     failed = sum(line.get("failed", 0) for w in workers for line in w.lines)
@@ -310,8 +345,9 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
         Row("requests through `resolve_batch`", "≥ 50,000" if not quick else "(not published)", f"{resolved:,} in "
             f"{measured['wall_s']:.0f} s, {len(workers)} processes; {measured['server_requests']:,} HTTP requests "
             f"reached the server", None if quick else resolved >= 50_000),
-        Row("requests/s held after the warm-up (all processes)", "—", f"{held_rate:,.1f} requests/s (per process "
-            f"and round: median {statistics.median(round_rates):,.1f}, lowest {min(round_rates):,.1f})"),
+        Row("requests/s held after the warm-up (all processes)", "—", f"{held_rate:,.1f} requests/s (wall time, "
+            f"which includes each process's pauses for its RSS to settle, {settling:.0f} s in all on average; per "
+            f"process and round: median {statistics.median(round_rates):,.1f}, lowest {min(round_rates):,.1f})"),
         Row("faults injected and survived", "2% of HTTP requests", f"{sum(faults.values()):,} "
             f"({sum(faults.values()) / max(measured['server_requests'], 1):.2%}): " + ", ".join(
                 f"{count:,} {name}" for name, count in sorted(faults.items())) + f"; {failed:,} tickets "
@@ -332,7 +368,7 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
             f"{name} {g['fds_min']}–{g['fds_max']}" for name, g in growths.items()), fds_flat),
         Row("RSS growth after the warm-up", f"within {RSS_SLACK:.0%} of entries + caches", "; ".join(
             f"{name} {mib(g['rss_growth'])} vs {mib(g['accounted_growth'])}" if g["spanned"] else
-            f"{name} none measured (its first round of its own was its last)" for name, g in growths.items()), rss_ok),
+            f"{name} none measured ({g['unspanned']})" for name, g in growths.items()), rss_ok),
         Row("compactions while writing", "—", f"{len(measured['compactions'])} passes over "
             f"{len({w.task for w in workers})} stores, "
             f"{sum(sum(p['merged'].values()) for p in measured['compactions']):,} files merged; memory's tables: "
@@ -348,7 +384,8 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
     width = max(len(w.lines) for w in workers)
     extra = "\n".join(
         [
-            f"RSS (MiB) / open file handles of each process after each round (warm-up: {WARM_UP_ROUNDS} rounds):",
+            "RSS (MiB, at the round's end) / open file handles of each process after each round (the warm-up's "
+            "end differs per process: the table below):",
             "",
             "| process | " + " | ".join(f"r{i + 1}" for i in range(width)) + " |",
             "|---|" + "---:|" * width,
@@ -357,19 +394,22 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
     )
     accounting = "\n".join(
         [
-            "What the growth after the warm-up is set against, per process (Python-reachable bytes, each object "
-            "counted once, from `gc`; `other` is everything else reachable from the runtime, not counted in the "
-            "target; file-backed is the resident part of mapped files, mostly the native libraries' code; malloc is "
-            "glibc's bytes in use, malloc free what its arenas keep freed and not given back):",
+            "What the growth after the warm-up is set against, per process, over the rounds shown (Python-reachable "
+            "bytes, each object counted once, from `gc`; `other` is everything else reachable from the runtime, not "
+            "counted in the target; RSS settled: sampled once it stopped falling after the round, which took the "
+            "seconds shown; file-backed is the resident part of mapped files, mostly the native libraries' code, "
+            "anonymous the rest; at the rounds' ends: the RSS growth as read before the samples waited for it to "
+            "settle; malloc is glibc's bytes in use, malloc free what its arenas keep freed and not given back):",
             "",
-            "| process | warm-up ends | RSS then | RSS growth | RSS peak | file-backed growth | malloc growth "
-            "| malloc free growth | entries + caches growth | other growth | threads |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| process | rounds | RSS then | RSS growth (settled) | file-backed | anonymous | at the rounds' ends "
+            "| RSS peak | settling | malloc growth | malloc free growth | entries + caches growth | other growth "
+            "| threads |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *(
-                f"| {name} | r{g['warm_up']} | {mib(g['rss_start'])} | {mib(g['rss_growth'])} | {mib(g['rss_peak'])} | "
-                + " | ".join(
-                    "—" if g[k] is None else mib(g[k]) for k in ("file_growth", "malloc_growth", "malloc_free_growth")
-                )
+                f"| {name} | r{g['warm_up']}–r{g['until']} | {mib(g['rss_start'])} | {mib(g['rss_growth'])} | "
+                f"{mib(g['file_growth'])} | {mib(g['anon_growth'])} | {mib(g['round_end_growth'])} | "
+                f"{mib(g['rss_peak'])} | {min(g['settle_s']):.1f}–{max(g['settle_s']):.1f} s | "
+                + " | ".join("—" if g[k] is None else mib(g[k]) for k in ("malloc_growth", "malloc_free_growth"))
                 + " | "
                 f"{mib(g['accounted_growth'])} | {mib(g['other_growth'])} | {g['threads_first']}–{g['threads_max']} |"
                 for name, g in growths.items()
@@ -392,7 +432,10 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
         f"`compact_store` over every store, and `compact_memory` over each memory table (keeping "
         f"{MEMORY_VERSIONS_KEPT.total_seconds():.0f} s of versions: the hourly flow's hour, on the soak's clock), "
         f"every {plan.compact_every_s:g} s while they are written. Afterwards "
-        "every store is read back. Samples come from each process's own `/proc/self` after each round."
+        "every store is read back. Samples come from each process's own `/proc/self` after each round, and again "
+        "once its RSS stopped falling (the growth is read from those). The warm-up ends after "
+        f"{WARM_UP_ROUNDS} rounds and once the process has resolved a round itself; the growth is read from there "
+        "to the last round (to the round before, for a process that first resolved tickets in its last round)."
     )
     notes = [f"Held at the end (bytes reachable per part): {held}."]
     return Section(SECTION, COMMAND + flags, lead, rows, notes, [extra, accounting])

@@ -1,0 +1,65 @@
+"""How the soak (benchmarks/soak.py) reads its processes' samples: where the growth's span starts and ends, which
+samples the RSS growth is read from, and when a process is left out of the verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.soak import UNSPANNED_RESOLVING, growth, span
+
+MIB = 2**20
+
+
+def _round(index: int, *, rss: float, settled: float, file: float, accounted: float) -> dict[str, Any]:
+    """A sample as a soak worker prints it after round ``index`` (MiB)."""
+    return {
+        "round": index, "resolved": 100, "round_s": 10.0, "at": 1010.0 + 10 * index,
+        "rss": rss * MIB, "rss_anon": (rss - file) * MIB, "rss_file": file * MIB,
+        "settled": {"rss": settled * MIB, "rss_anon": (settled - file) * MIB, "rss_file": file * MIB,
+                    "settle_s": 2.0},
+        "accounted": {"request cache": accounted * MIB, "other reachable from the runtime": 7 * MIB},
+        "malloc": None, "malloc_free": None, "fds": 20, "threads": 28,
+    }  # fmt: skip
+
+
+def _run(rss: list[float], settled: list[float], file: list[float], accounted: list[float]) -> list[dict[str, Any]]:
+    rows = zip(rss, settled, file, accounted, strict=True)
+    return [_round(i, rss=r, settled=s, file=f, accounted=a) for i, (r, s, f, a) in enumerate(rows)]
+
+
+def _flat(rounds: int, file: list[float] | None = None) -> list[dict[str, Any]]:
+    return _run([300] * rounds, [300] * rounds, file or [150] * rounds, [1] * rounds)
+
+
+def test_the_warm_up_ends_after_its_rounds_and_the_growth_is_read_to_the_last_round() -> None:
+    assert span(_flat(6)) == (1, 5)
+    assert span(_flat(2)) == UNSPANNED_RESOLVING  # no round after the warm-up's
+
+
+def test_a_first_round_of_its_own_ends_the_warm_up_and_for_a_verdict_giver_one_at_the_end_ends_the_span() -> None:
+    late = [{**line, "resolved": 0 if line["round"] < 3 else 100} for line in _flat(6)]
+    assert span(late) == (3, 5)  # the pair's second process, which first found rounds done
+    giver = [{**line, "resolved": 0 if line["round"] < 5 else 100, "verdicts": 20} for line in _flat(6)]
+    assert span(giver) == (1, 4)  # the pair's verdict giver, which resolved only its last round
+    only_giving = [{**line, "resolved": 0, "verdicts": 20} for line in _flat(6)]
+    assert span(only_giving) == (1, 5)  # giving verdicts is its steady state
+    waiting = [{**line, "resolved": 0 if line["round"] < 5 else 100} for line in _flat(6)]
+    assert span(waiting) == UNSPANNED_RESOLVING  # found every round done but its last, gave no verdicts
+    read = growth(waiting)
+    assert not read["spanned"] and read["unspanned"] == UNSPANNED_RESOLVING
+
+
+def test_the_growth_is_read_from_the_settled_samples_and_the_old_reading_is_kept_beside_it() -> None:
+    # Round-end RSS includes pages the allocator was about to give back; the settled one does not.
+    samples = _run(
+        rss=[280, 300, 308, 311, 314, 317],
+        settled=[278, 295, 300, 301, 302, 303],
+        file=[140, 148, 150, 150.5, 150.5, 150.5],
+        accounted=[1, 2, 3, 4, 5, 6],
+    )
+    read = growth(samples)
+    assert (read["warm_up"], read["until"]) == (2, 6) and read["spanned"] and read["unspanned"] is None
+    assert read["rss_growth"] == 8 * MIB  # settled: 303 - 295
+    assert read["file_growth"] == 2.5 * MIB and read["anon_growth"] == 5.5 * MIB
+    assert read["round_end_growth"] == 17 * MIB  # at the rounds' ends: 317 - 300
+    assert read["accounted_growth"] == 4 * MIB  # 'other' is not counted
