@@ -330,13 +330,10 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
     pair_done_before = sum(line.get("done_before", 0) for w in pair for line in w.lines)
     pair_skipped = sum(not line["held"] for w in pair for line in w.lines)
     growths = {w.name: growth(w.lines) for w in workers}
-    # A process that resolved no round of its own has no growth to set against anything: it is named so, and left
-    # out of the verdict. A process whose warm-up never ended fails it.
+    # A process that resolved no round of its own before its last and gave no verdicts (the pair's second, when it
+    # found every other round done) has no growth to set against anything: it is named so, and left out.
     rss_ok = all(
-        g["rss_growth"] <= (1 + RSS_SLACK) * max(g["accounted_growth"], 0)
-        if g["spanned"]
-        else g["unspanned"] == UNSPANNED_RESOLVING
-        for g in growths.values()
+        g["rss_growth"] <= (1 + RSS_SLACK) * max(g["accounted_growth"], 0) for g in growths.values() if g["spanned"]
     )
     fds_flat = all(g["fds_max"] - g["fds_min"] <= 2 and g["fds_last"] <= g["fds_first"] + 1 for g in growths.values())
     failed = sum(line.get("failed", 0) for w in workers for line in w.lines)
