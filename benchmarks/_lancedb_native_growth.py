@@ -1,20 +1,23 @@
 """A diagnostic, not a benchmark: a fresh process remembering new memory entries one at a time, and glibc's bytes in
 use per write once LanceDB's metadata cache is full, less what that cache grew (RELIABILITY.md, "Findings", the
-soak's RSS). Prints one JSON object.
+soak's RSS); also the process's anonymous memory, read once it stops falling (``_soak_worker.settled_rss``), and
+what memory's own entries hold in Python over the same writes. Prints one JSON object.
 
-    uv run python -m benchmarks._lancedb_native_growth ROOT [WARM] [MEASURED]
+    uv run python -m benchmarks._lancedb_native_growth ROOT [WARM] [MEASURED] [--lookups] [--tag T]
 
-ROOT is an empty folder for the table; WARM writes (300) fill the cache before MEASURED writes (600) are counted.
-The metadata cache is bounded at 4 MiB here so that it is full after the warm-up.
+ROOT is a folder for the table; WARM writes (300) fill the cache before MEASURED writes (600) are counted.
+The metadata cache is bounded at 4 MiB here so that it is full after the warm-up. ``--lookups`` looks each entry
+up after writing it. Two processes started at once on one ROOT, with different ``--tag``s, write one table
+between them, as the soak's pair does.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
-import sys
 
-from benchmarks._soak_worker import _malloc_bytes
+from benchmarks._soak_worker import _instances, _malloc_bytes, deep_size, settled_rss
 from gil_core.memory import LanceDBMemory
 from gil_core.memory.lance_tables import lance_session
 from gil_core.testing import HashEmbeddingModel
@@ -22,20 +25,35 @@ from gil_core.testing import HashEmbeddingModel
 CACHE_BYTES = 4 * 2**20
 
 
-async def measure(root: str, warm: int, measured: int) -> dict[str, int]:
+def _entries_bytes() -> int:
+    return deep_size(_instances("TaskVectors", "IndexedTask", "_QueryVectors"), set())
+
+
+async def measure(root: str, warm: int, measured: int, *, lookups: bool = False, tag: str = "t") -> dict[str, int]:
     memory = LanceDBMemory(root, HashEmbeddingModel(8), metadata_cache_bytes=CACHE_BYTES)
     session = lance_session(CACHE_BYTES)
-    start = (0, 0)
+    start = (0, 0, 0, 0)
     for index in range(warm + measured):
         if index == warm:
-            start = (_malloc_bytes()[0] or 0, session.size_bytes)
-        await memory.remember("support", f"t-{index}", f"where is parcel {index}", f"Parcel {index} is on its way.")
+            start = (_malloc_bytes()[0] or 0, session.size_bytes, int(settled_rss()["rss_anon"]), _entries_bytes())
+        text = f"where is parcel {tag} {index}"
+        await memory.remember("support", f"{tag}-{index}", text, f"Parcel {index} is on its way.")
+        if lookups:
+            await memory.lookup("support", text, threshold=0.9)
     in_use, cached = (_malloc_bytes()[0] or 0) - start[0], session.size_bytes - start[1]
-    return {"writes": measured, "in_use": in_use, "cache": cached, "per_write": (in_use - cached) // measured}
+    return {
+        "writes": measured, "in_use": in_use, "cache": cached, "per_write": (in_use - cached) // measured,
+        "anonymous": int(settled_rss()["rss_anon"]) - start[2], "entries": _entries_bytes() - start[3],
+    }  # fmt: skip
 
 
 if __name__ == "__main__":
-    arguments = sys.argv[1:]
-    warm = int(arguments[1]) if len(arguments) > 1 else 300
-    measured = int(arguments[2]) if len(arguments) > 2 else 600
-    print(json.dumps(asyncio.run(measure(arguments[0], warm, measured))))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("root")
+    parser.add_argument("warm", type=int, nargs="?", default=300)
+    parser.add_argument("measured", type=int, nargs="?", default=600)
+    parser.add_argument("--lookups", action="store_true")
+    parser.add_argument("--tag", default="t")
+    options = parser.parse_args()
+    figures = measure(options.root, options.warm, options.measured, lookups=options.lookups, tag=options.tag)
+    print(json.dumps(asyncio.run(figures)))
