@@ -18,7 +18,14 @@ import argparse
 import asyncio
 import json
 
-from benchmarks._soak_worker import _instances, _malloc_bytes, deep_size, settled_rss
+from benchmarks._soak_worker import (
+    MEMORY_ENTRY_TYPES,
+    MEMORY_QUERY_TYPES,
+    _instances,
+    _malloc_bytes,
+    deep_size,
+    settled_rss,
+)
 from gil_core.memory import LanceDBMemory, MemoryChanges
 from gil_core.memory.lance_tables import lance_session
 from gil_core.testing import HashEmbeddingModel
@@ -27,7 +34,7 @@ CACHE_BYTES = 4 * 2**20
 
 
 def _entries_bytes() -> int:
-    return deep_size(_instances("TaskVectors", "IndexedTask", "_QueryVectors"), set())
+    return deep_size(_instances(*MEMORY_ENTRY_TYPES, *MEMORY_QUERY_TYPES), set())
 
 
 async def measure(

@@ -79,6 +79,10 @@ def deep_size(roots: Iterable[object], seen: set[int]) -> int:
     return total
 
 
+MEMORY_ENTRY_TYPES = ("TaskVectors", "IndexedTask")  # what memory holds per task in this process
+MEMORY_QUERY_TYPES = ("_QueryVectors",)  # memory's cache of query vectors
+
+
 def _instances(*names: str) -> list[object]:
     return [item for item in gc.get_objects() if type(item).__name__ in names]
 
@@ -89,8 +93,8 @@ def accounted_bytes(runtime: Runtime) -> dict[str, int]:
     seen: set[int] = set()
     feedback = getattr(runtime.resolver, "_feedback", None)  # gil_core.feedback.Feedback
     sizes = {
-        "memory entries": deep_size(_instances("TaskVectors", "IndexedTask"), seen),
-        "memory query vectors": deep_size(_instances("_QueryVectors"), seen),
+        "memory entries": deep_size(_instances(*MEMORY_ENTRY_TYPES), seen),
+        "memory query vectors": deep_size(_instances(*MEMORY_QUERY_TYPES), seen),
         "request cache": deep_size(_instances("InProcessRequestCache"), seen),
         "recent trace rows (the resolver's latest 10,000)": deep_size([getattr(feedback, "_recent", None)], seen),
         "memory evidence and shadow index": deep_size(
