@@ -31,11 +31,11 @@ __all__ = [
     "arrow_memory_pool",
     "compact_memory",
     "connect_store",
-    "has_table",
     "lance_errors",
     "lance_session",
     "locate_store",
     "merge_rows",
+    "open_if_there",
     "sql_string",
     "task_rows",
 ]
@@ -135,9 +135,9 @@ async def compact_memory(
     where, settings = locate_store(path, s3)
     with lance_errors(where, settings, "", "compact the table"):
         connection = await connect_store(where, settings, (METADATA_CACHE_BYTES, None))
-        if not await has_table(connection, table):
+        opened = await open_if_there(connection, table)
+        if opened is None:
             return None
-        opened = await connection.open_table(table)
         stats = await opened.optimize(cleanup_older_than=keep_versions_for)
     return MemoryCompaction(
         fragments_removed=int(stats.compaction.fragments_removed),
@@ -185,15 +185,24 @@ def lance_errors(path: str | Path, s3: S3Settings | None, task: str, what: str) 
         raise MemoryUnavailableError(reason, task=task) from None
 
 
-async def has_table(connection: AsyncConnection, name: str) -> bool:
+async def open_if_there(connection: AsyncConnection, name: str) -> AsyncTable | None:
+    """The table ``name``, or None when there is none yet. A table another process is still creating is listed
+    (its folder is there) before its first version is, and opening it then says it was not found: that is no
+    table yet too, not a failure (two processes writing a fresh memory at once met it)."""
     page_token: str | None = None
     while True:
         listing = await connection.list_tables(page_token=page_token)
         if name in listing.tables:
-            return True
+            break
         page_token = listing.page_token
         if not page_token:
-            return False
+            return None
+    try:
+        return await connection.open_table(name)
+    except ValueError as exc:
+        if f"Table '{name}' was not found" in str(exc):  # LanceDB's own words for it, which it matches too
+            return None
+        raise
 
 
 async def merge_rows(table: AsyncTable, rows: Any, *, delete: str | None) -> Any:

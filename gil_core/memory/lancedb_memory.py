@@ -55,10 +55,10 @@ from gil_core.memory.lance_tables import (
     METADATA_CACHE_BYTES,
     arrow_memory_pool,
     connect_store,
-    has_table,
     lance_errors,
     locate_store,
     merge_rows,
+    open_if_there,
     task_rows,
 )
 from gil_core.memory.ports import MemoryChanges, MemoryEntry, Recall
@@ -501,13 +501,12 @@ class LanceDBMemory:
                 self._connection = await self._connect()
                 self.stats.connects += 1
                 self._snapshots.stop_serving()
-            if await has_table(self._connection, self._table_name):
-                table = await self._connection.open_table(self._table_name)
-            elif create_dimensions is None:
-                self._checked_at, self._writes_seen = started, writes
-                return None
-            else:
-                schema = table_schema(create_dimensions)
+            table = await open_if_there(self._connection, self._table_name)
+            if table is None:
+                if create_dimensions is None:
+                    self._checked_at, self._writes_seen = started, writes
+                    return None
+                schema = table_schema(create_dimensions)  # exist_ok: another process may be creating it too
                 table = await self._connection.create_table(self._table_name, schema=schema, exist_ok=True)
             self._dimensions = int((await table.schema()).field("vector").type.list_size)
         self._table = table

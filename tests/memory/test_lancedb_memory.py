@@ -239,3 +239,19 @@ async def test_a_change_of_many_entries_is_one_table_version_and_one_embedding_c
     assert [entry.key for entry in await fresh.entries(TASK)] == [f"t-{index}" for index in range(40)]
     await memory.change(TASK, MemoryChanges().forget("old").forget("never-held"))  # nothing held: no version
     assert len(list(versions.glob("*.manifest"))) == before + 1
+
+
+async def test_a_table_another_process_is_still_creating_is_no_table_yet_and_a_write_creates_it(tmp_path: Path) -> None:
+    """A create makes the table's folder before it commits a first version; a second process that lists the
+    folder then and opens it hears that the table was not found (two processes writing a fresh memory at once
+    met it: RELIABILITY.md). That is no table yet: a lookup misses, a compaction has nothing to do, a write
+    creates the table, and other instances read what it wrote."""
+    from gil_core.memory import compact_memory
+
+    (tmp_path / "memory.lance").mkdir()  # the folder, as a create in another process leaves it before its commit
+    memory = LanceDBMemory(tmp_path, HashEmbeddingModel(8))
+    assert await memory.lookup(TASK, TEXTS[0], threshold=0.5) is None
+    assert await compact_memory(tmp_path) is None
+    await memory.remember(TASK, "trace-1", TEXTS[0], "It is on its way.")
+    recall = await LanceDBMemory(tmp_path, HashEmbeddingModel(8)).lookup(TASK, TEXTS[0], threshold=0.9)
+    assert recall is not None and recall.hit and recall.answer == "It is on its way."
