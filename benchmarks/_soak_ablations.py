@@ -17,9 +17,12 @@ Parts:
 - ``files``: each sample also lists the resident KiB of every mapped file over 64 KiB (its mappings summed), to
   see which library's code (or which data file) the file-backed growth is.
 - ``tracemalloc=N``: Python's allocations traced from the N-th sample on (10 frames); each later sample lists
-  the 15 call sites whose live bytes grew most since then (``tracemalloc``'s own diff), and who holds the
-  objects traced from the hash embedder (``holders``: the containers referring to them, by kind, with the
-  container's own holder for dicts and lists). Slows the worker.
+  the 15 call sites whose live bytes grew most since then (``tracemalloc``'s own diff), the 25 source files
+  whose allocations grew most (``traced_files``: every call site in a file summed, each block by the frame that
+  allocated it), and who holds the objects traced from the hash embedder (``holders``: the containers referring
+  to them, by kind, with the container's own holder for dicts and lists). Slows the worker. A block allocated
+  before tracing started is not seen when it is freed, so a full cache that replaces its entries shows its new
+  entries as growth: compare with the accounted parts only for what is never freed.
 - ``jeprof=DIR``: under a preloaded jemalloc with its sampling profiler on (``LD_PRELOAD=libjemalloc.so.2
   MALLOC_CONF=prof:true,lg_prof_sample:16``), each sample also dumps jemalloc's heap profile to
   ``DIR/<pid>.<sample>.heap``, to diff with ``jeprof --base`` (the live native allocations that grew between two
@@ -134,9 +137,15 @@ def _traced(first: list[Any], samples: int, start: int) -> dict[str, Any]:
         tracemalloc.start(10)
         first.append(tracemalloc.take_snapshot())
         return {}
-    growth = tracemalloc.take_snapshot().compare_to(first[0], "traceback")
+    snapshot = tracemalloc.take_snapshot()
+    growth = snapshot.compare_to(first[0], "traceback")
+    by_file = snapshot.compare_to(first[0], "filename")  # every site, summed per source file
     return {
         "traced_growth": sum(stat.size_diff for stat in growth),
+        "traced_files": [
+            {"kib": round(stat.size_diff / 1024, 1), "count": stat.count_diff, "file": stat.traceback[0].filename}
+            for stat in by_file[:25]
+        ],
         "traced_top": [
             {"kib": round(stat.size_diff / 1024, 1), "count": stat.count_diff, "where": stat.traceback.format()[-6:]}
             for stat in growth[:15]
