@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import json
 from typing import TYPE_CHECKING
 
+from benchmarks._soak_ablations import trim_freed_pages
 from benchmarks._soak_worker import (
     MEMORY_ENTRY_TYPES,
     MEMORY_QUERY_TYPES,
@@ -48,9 +48,13 @@ def _entries_bytes() -> int:
     return deep_size(_instances(*MEMORY_ENTRY_TYPES, *MEMORY_QUERY_TYPES), set())
 
 
+def _opened(root: str) -> tuple[LanceDBMemory, Session]:
+    return LanceDBMemory(root, HashEmbeddingModel(8), metadata_cache_bytes=CACHE_BYTES), lance_session(CACHE_BYTES)
+
+
 def _sample(session: Session, trim: bool) -> tuple[int, int, int, int]:
     if trim:
-        ctypes.CDLL(None).malloc_trim(0)
+        trim_freed_pages()
     return (_malloc_bytes()[0] or 0, session.size_bytes, int(settled_rss()["rss_anon"]), _entries_bytes())
 
 
@@ -73,8 +77,7 @@ async def measure(
     pause: float = 0.0,
     trim: bool = False,
 ) -> dict[str, int]:
-    memory = LanceDBMemory(root, HashEmbeddingModel(8), metadata_cache_bytes=CACHE_BYTES)
-    session = lance_session(CACHE_BYTES)
+    memory, session = _opened(root)
     start = (0, 0, 0, 0)
     for index in range(warm + measured):
         if index == warm:
@@ -93,8 +96,7 @@ async def measure(
 async def read_only(root: str, warm: int, measured: int, *, trim: bool = False) -> dict[str, int]:
     """A process that only reads the table another process writes: its growth over ``measured`` catch-ups
     (``per_write`` is per catch-up here)."""
-    memory = LanceDBMemory(root, HashEmbeddingModel(8), metadata_cache_bytes=CACHE_BYTES)
-    session = lance_session(CACHE_BYTES)
+    memory, session = _opened(root)
     changes = MemoryChanges()
     changes.remember("reader-0", "where is the reader's parcel", "On its way.")
     await memory.change("support", changes)  # the table exists, and this process holds the task

@@ -95,7 +95,7 @@ def apply(parts: Mapping[str, str], sample: Callable[[], dict[str, Any]]) -> Cal
     def sampled() -> dict[str, Any]:
         nonlocal samples
         if "trim" in parts:
-            ctypes.CDLL(None).malloc_trim(0)
+            trim_freed_pages()
         line = sample()
         if "regions" in parts:
             line["regions"] = _regions()
@@ -109,6 +109,14 @@ def apply(parts: Mapping[str, str], sample: Callable[[], dict[str, Any]]) -> Cal
         return line
 
     return sampled
+
+
+def trim_freed_pages() -> None:
+    """Give the pages glibc's malloc keeps freed back to the system (``malloc_trim(0)``), so that a sample's
+    anonymous memory leaves them out; nothing off glibc."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def _jeprof_dump(folder: str, samples: int) -> str | None:
