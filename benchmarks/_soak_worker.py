@@ -17,7 +17,9 @@ import gc
 import hashlib
 import json
 import os
+import re
 import sys
+import tempfile
 import time
 import types
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -152,9 +154,40 @@ def _malloc_bytes() -> tuple[int, int] | tuple[None, None]:
     return int(info.uordblks + info.hblkhd), int(info.fordblks)
 
 
+_PYTHON_ALLOCATOR_LINES = {
+    "arenas": re.compile(r"^\d+ arenas \* \d+ bytes/arena\s+=\s+([\d,]+)$"),
+    "in_use": re.compile(r"^# bytes in allocated blocks\s+=\s+([\d,]+)$"),
+}
+
+
+def python_allocator_bytes() -> dict[str, int]:
+    """Python's small-object allocator (objects up to 512 bytes; larger ones are malloc's): the bytes of its
+    arenas (1 MiB mappings of its own, outside malloc) and of the blocks in them handed out, from
+    ``sys._debugmallocstats``, which writes to the process's standard error (captured here)."""
+    with tempfile.TemporaryFile() as captured:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(captured.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        text = captured.read().decode("utf-8", "replace")
+    figures: dict[str, int] = {}
+    for line in text.splitlines():
+        for name, pattern in _PYTHON_ALLOCATOR_LINES.items():
+            found = pattern.match(line.strip())
+            if found is not None and name not in figures:
+                figures[name] = int(found.group(1).replace(",", ""))
+    return figures
+
+
 def process_sample() -> dict[str, Any]:
     """This process's resident set (bytes, anonymous and file-backed, and per kind of mapping), open file handles
-    and threads, from /proc; malloc's bytes; the blocks Python's allocator holds."""
+    and threads, from /proc; malloc's bytes; the blocks Python's allocator holds, and its arenas' and blocks'
+    bytes."""
     status = _status()
     in_use, free = _malloc_bytes()
     maps: dict[str, int] = {}  # resident bytes per kind of mapping: [heap], [anon], [stack], file (any path)
@@ -168,6 +201,7 @@ def process_sample() -> dict[str, Any]:
         "threads": int(status["Threads"]),
         "malloc": in_use,
         "malloc_free": free,
+        "python_allocator": python_allocator_bytes(),
     }
 
 

@@ -14,8 +14,9 @@ first, then finds the round done), plus a compactor. The server runs in this pro
     uv run python -m benchmarks.soak --tasks 1 --rounds 16   # longer per process (does growth level off?); prints only
 
 With ``--keep DIR`` every process's samples stay in ``DIR/<task>/<process>.samples.jsonl``, one line per round
-(resident bytes per kind of mapping, malloc's, the accounted parts'), for reading after the run; ``--ablate``
-takes parts of each worker out (``benchmarks/_soak_ablations.py``) to see which one a growth comes with.
+(resident bytes per kind of mapping, malloc's, Python's allocator's, the accounted parts'), for reading after the
+run; ``--ablate`` takes parts of each worker out (``benchmarks/_soak_ablations.py``) to see which one a growth
+comes with.
 """
 
 from __future__ import annotations
@@ -274,10 +275,18 @@ def span(samples: Sequence[Mapping[str, Any]]) -> tuple[int, int] | str:
     return (start, end) if start < end else UNSPANNED_RESOLVING
 
 
+def _python_allocator_growth(first: Mapping[str, Any], last: Mapping[str, Any]) -> int | None:
+    """The growth of the bytes Python's small-object allocator has handed out, None where a sample lacks them."""
+    before, after = (line.get("python_allocator", {}).get("in_use") for line in (first, last))
+    return None if before is None or after is None else after - before
+
+
 def growth(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """RSS (settled: ``_soak_worker.settled_rss``; all, file-backed and anonymous) and accounted bytes over the
     ``span``; fds and threads from its start to the last sample; and, beside them, the growth as read before the
-    samples waited for the RSS to settle (at the rounds' ends, from the warm-up's end to the last sample)."""
+    samples waited for the RSS to settle (at the rounds' ends, from the warm-up's end to the last sample), and the
+    live allocations' growth at the rounds' ends: glibc's bytes in use and the blocks Python's small-object allocator
+    handed out (None without both)."""
     found = span(samples)
     start, end = (len(samples) - 1, len(samples) - 1) if isinstance(found, str) else found
     first, last = samples[start], samples[end]
@@ -286,11 +295,14 @@ def growth(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     after = samples[start:]  # open files and threads: from the warm-up's end to the last sample
     malloc = (last["malloc"] - first["malloc"]) if last.get("malloc") is not None else None
     malloc_free = (last["malloc_free"] - first["malloc_free"]) if last.get("malloc_free") is not None else None
+    python = _python_allocator_growth(first, last)
+    live = None if malloc is None or python is None else malloc + python
     settled = [line.get("settled", line) for line in samples]
     return {
         "warm_up": start + 1, "until": end + 1, "spanned": not isinstance(found, str),
         "unspanned": found if isinstance(found, str) else None,
-        "malloc_growth": malloc, "malloc_free_growth": malloc_free,
+        "malloc_growth": malloc, "malloc_free_growth": malloc_free, "python_allocator_growth": python,
+        "live_growth": live,
         "file_growth": settled[end]["rss_file"] - settled[start]["rss_file"],
         "anon_growth": settled[end]["rss_anon"] - settled[start]["rss_anon"],
         "rss_start": settled[start]["rss"], "rss_end": settled[end]["rss"],
@@ -396,17 +408,22 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
             "counted in the target; RSS settled: sampled once it stopped falling after the round, which took the "
             "seconds shown; file-backed is the resident part of mapped files, mostly the native libraries' code, "
             "anonymous the rest; at the rounds' ends: the RSS growth as read before the samples waited for it to "
-            "settle; malloc is glibc's bytes in use, malloc free what its arenas keep freed and not given back):",
+            "settle; malloc is glibc's bytes in use, malloc free what its arenas keep freed and not given back; "
+            "Python's small objects are the bytes of the blocks its own allocator handed out, objects up to 512 "
+            "bytes, in arenas outside malloc; live allocations are malloc's and those summed):",
             "",
             "| process | rounds | RSS then | RSS growth (settled) | file-backed | anonymous | at the rounds' ends "
-            "| RSS peak | settling | malloc growth | malloc free growth | entries + caches growth | other growth "
-            "| threads |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| RSS peak | settling | malloc growth | malloc free growth | Python's small objects growth "
+            "| live allocations growth | entries + caches growth | other growth | threads |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *(
                 f"| {name} | r{g['warm_up']}–r{g['until']} | {mib(g['rss_start'])} | {mib(g['rss_growth'])} | "
                 f"{mib(g['file_growth'])} | {mib(g['anon_growth'])} | {mib(g['round_end_growth'])} | "
                 f"{mib(g['rss_peak'])} | {min(g['settle_s']):.1f}–{max(g['settle_s']):.1f} s | "
-                + " | ".join("—" if g[k] is None else mib(g[k]) for k in ("malloc_growth", "malloc_free_growth"))
+                + " | ".join(
+                    "—" if g[k] is None else mib(g[k])
+                    for k in ("malloc_growth", "malloc_free_growth", "python_allocator_growth", "live_growth")
+                )
                 + " | "
                 f"{mib(g['accounted_growth'])} | {mib(g['other_growth'])} | {g['threads_first']}–{g['threads_max']} |"
                 for name, g in growths.items()
@@ -434,8 +451,28 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
         f"{WARM_UP_ROUNDS} rounds and once the process has resolved a round itself; the growth is read from there "
         "to the last round (to the round before, for a process that first resolved tickets in its last round)."
     )
-    notes = [f"Held at the end (bytes reachable per part): {held}."]
+    notes = [f"Held at the end (bytes reachable per part): {held}.", *_live_note(growths)]
     return Section(SECTION, COMMAND + flags, lead, rows, notes, [extra, accounting])
+
+
+def _live_note(growths: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The live allocations' growth against the accounted parts', and the settled anonymous growth past the live
+    allocations, per process; nothing when a sample lacks the allocators' figures."""
+    read = {name: g for name, g in growths.items() if g["live_growth"] is not None and g["spanned"]}
+    if not read:
+        return []
+    live = "; ".join(
+        f"{name} {mib(g['live_growth'])} against {mib(g['accounted_growth'])} + {mib(g['other_growth'])}"
+        for name, g in read.items()
+    )
+    past = "; ".join(f"{name} {mib(g['anon_growth'] - g['live_growth'])}" for name, g in read.items())
+    return [
+        "Live allocations after the warm-up (glibc's bytes in use and Python's small objects, at the rounds' ends) "
+        f"against the entries and caches accounted for plus everything else reachable from the runtime (`other`, "
+        f"which the target leaves out): {live}. The settled anonymous growth beyond the live "
+        f"allocations (memory the allocators hold beyond what is handed out, thread stacks, and anything allocated "
+        f"outside both, such as Polars' own allocator): {past}."
+    ]
 
 
 def main(arguments: list[str]) -> None:

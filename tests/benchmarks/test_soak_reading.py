@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks._soak_worker import python_allocator_bytes
 from benchmarks.soak import UNSPANNED_RESOLVING, growth, span
 
 MIB = 2**20
@@ -63,3 +64,25 @@ def test_the_growth_is_read_from_the_settled_samples_and_the_old_reading_is_kept
     assert read["file_growth"] == 2.5 * MIB and read["anon_growth"] == 5.5 * MIB
     assert read["round_end_growth"] == 17 * MIB  # at the rounds' ends: 317 - 300
     assert read["accounted_growth"] == 4 * MIB  # 'other' is not counted
+
+
+def test_live_allocations_are_malloc_s_bytes_in_use_and_python_s_small_objects_when_both_were_sampled() -> None:
+    samples = _flat(6)
+    for index, line in enumerate(samples):
+        line["malloc"], line["malloc_free"] = (100 + 2 * index) * MIB, 10 * MIB
+        line["python_allocator"] = {"arenas": (40 + index) * MIB, "in_use": (30 + 0.5 * index) * MIB}
+    read = growth(samples)  # from round 2 (index 1) to round 6 (index 5)
+    assert (read["malloc_growth"], read["python_allocator_growth"], read["live_growth"]) == (8 * MIB, 2 * MIB, 10 * MIB)
+    del samples[1]["python_allocator"]  # a sample from before the soak read Python's allocator
+    assert growth(samples)["python_allocator_growth"] is None and growth(samples)["live_growth"] is None
+
+
+def test_python_s_allocator_is_read_from_this_interpreter_and_sees_small_objects_come_and_go() -> None:
+    before = python_allocator_bytes()
+    held = [(f"row {index}",) for index in range(100_000)]  # ~100 bytes each, all small objects
+    during = python_allocator_bytes()
+    del held
+    after = python_allocator_bytes()
+    assert before["arenas"] >= before["in_use"] > 0
+    assert during["in_use"] - before["in_use"] >= 100_000 * 80
+    assert during["in_use"] - after["in_use"] >= 100_000 * 80
