@@ -468,9 +468,9 @@ def _live_note(growths: Mapping[str, Mapping[str, Any]]) -> list[str]:
     past = "; ".join(f"{name} {mib(g['anon_growth'] - g['live_growth'])}" for name, g in read.items())
     return [
         "Live allocations after the warm-up (glibc's bytes in use and Python's small objects, at the rounds' ends) "
-        f"against the entries and caches accounted for plus everything else reachable from the runtime (`other`, "
+        "against the entries and caches accounted for plus everything else reachable from the runtime (`other`, "
         f"which the target leaves out): {live}. The settled anonymous growth beyond the live "
-        f"allocations (memory the allocators hold beyond what is handed out, thread stacks, and anything allocated "
+        "allocations (memory the allocators hold beyond what is handed out, thread stacks, and anything allocated "
         f"outside both, such as Polars' own allocator): {past}."
     ]
 
