@@ -366,7 +366,11 @@ TUNING_NOTE = (
     "+4.6; on home's shuffles 10–19, +3.9 against the queue's +2.9. Knowing which answers are wrong is not the best "
     "possible choice, but it is what a score of uncertainty tries to find: on home the margin found about all of that "
     "lead on the tuning shuffles, half of it on the reported ones and most of it on 10–19, and the answer key "
-    "itself, with the 30% random share, stays under 5 points on two of those three sets of shuffles."
+    "itself, with the 30% random share, stays under 5 points on two of those three sets of shuffles. Tried on "
+    "2026-12-07 (the smallest margin +5.0 / +3.9 / +4.1 on the tuning shuffles), not kept: the chance that the "
+    "judge's answer is wrong, learned from the verdicts so far (a logistic regression over each verdict's walk as "
+    "it was judged: the smallest, the root's and the leaf's margins, the nearest confirmed request's cosine less the "
+    "class's novelty cut, the walk's length; the smallest margin until 20 verdicts are in): +3.6 / +2.9 / +2.5."
 )
 
 
