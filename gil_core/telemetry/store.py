@@ -43,7 +43,8 @@ Durability model
   the files it replaces in its Parquet key-value metadata (``gil.replaces``). It is written atomically as
   above, THEN the sources are deleted. Readers ignore every file named by a compacted file present, so no row
   is seen twice or missed, even if the compactor dies between the write and the deletes (the next compaction
-  deletes the leftovers). Files appended while a compaction runs are not in its list and stay live.
+  deletes the leftovers). Files appended while a compaction runs are not in its list and stay live; its ``ns``
+  is the order key of the newest row it holds, so they list after it and reads stay in write order.
 * **Reading during compaction.** ``read`` retries when a listed file vanished before it was read, or when
   a compacted file appeared while it was reading (a listing is not a snapshot: one taken during a
   compaction's write-then-delete could miss both the sources and their replacement). ``scan`` plans over
@@ -485,10 +486,13 @@ class TelemetryStore:
             metadata = {REPLACES: json.dumps(sources), ORDER_KEY: ORDER_KEY_VERSION}
             if seq_range is not None:
                 metadata[SEQ_RANGE] = json.dumps(seq_range)
-            name = file_name(self._clock.now(), COMPACTED_SUFFIX)
+            # Named by the newest row it holds, not by when it was written: files appended while it merged are
+            # stamped after that row, so they list after it and the table stays in write order (no sort on read).
+            span = int_pair(seq_range)
+            name = file_name(span[1] if span is not None else self._clock.now(), COMPACTED_SUFFIX)
             folder.write_parquet(name, merged, metadata=metadata)
             self._checks.sound.add(str(folder.source(name)))
-            self._compacted[str(folder.source(name))] = Compacted(frozenset(sources), int_pair(seq_range))
+            self._compacted[str(folder.source(name))] = Compacted(frozenset(sources), span)
             folder.remove(sources)
             return len(sources)
 

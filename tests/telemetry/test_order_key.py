@@ -73,6 +73,24 @@ def test_a_writer_that_read_nothing_is_ordered_by_its_own_clock(tmp_path: Path) 
     assert TelemetryStore(tmp_path).read("store_meta")["value"].to_list() == ["first"]
 
 
+def test_a_file_written_after_a_compaction_s_newest_row_lists_after_the_compacted_file(tmp_path: Path) -> None:
+    """The compacted file is named by the newest row it holds, not by its compactor's clock: a file appended by a
+    writer that has not listed it since (as one appended while the compaction merged) lists after it, so the
+    table stays in write order and a read needs no sort, even when the compactor's clock runs an hour ahead."""
+    writer = TelemetryStore(tmp_path)
+    writer.append("store_meta", [meta_row("old"), {"key": "other", "value": "kept"}])
+    writer.append("store_meta", [meta_row("older than the merge")])
+    newest = max(int(path.name.split("-")[0]) for path in (tmp_path / "store_meta").glob("*.parquet"))
+    ahead = TelemetryStore(tmp_path, clock=behind(-HOUR_NS))
+    assert ahead.compact("store_meta") == 2
+    writer.append("store_meta", [meta_row("new")])
+    names = sorted(path.name for path in (tmp_path / "store_meta").glob("*.parquet"))
+    assert names[0].endswith(".compacted.parquet") and names[0].startswith(f"{newest:020d}-"), names
+    reader = TelemetryStore(tmp_path)
+    assert "SORT" not in reader.scan("store_meta").explain()
+    assert reader.read("store_meta").rows() == [("other", "kept"), ("k", "new")]
+
+
 def test_every_file_the_store_writes_names_its_order_key_version(tmp_path: Path) -> None:
     store = TelemetryStore(tmp_path)
     store.append("store_meta", [meta_row("a")])

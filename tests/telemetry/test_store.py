@@ -396,22 +396,25 @@ def test_counter_tables_sum_their_increments_per_key_before_and_after_compaction
 
 
 def test_a_compaction_that_raced_a_slow_append_still_lets_the_later_write_win(store: TelemetryStore) -> None:
-    """A slow writer takes its stamp, a compaction then merges newer files, and only then the slow file lands:
-    its name sorts before the compacted file, its row is the later write. Readers must not go by names alone."""
+    """A slow writer takes its stamp, a compaction then merges files on both sides of it, and only then the slow
+    file lands: its name sorts before the compacted file, its row is a later write than the merged one of its
+    key. Readers must not go by names alone."""
     store.append("store_meta", [{"key": "k", "value": "old"}])
     store.append("store_meta", [{"key": "other", "value": "x"}])
-    newest = max(int(path.name.split("-")[0]) for path in parquet_files(store, "store_meta"))
-    slow = newest + 1  # stamped before the compaction below, written after it
+    stamps = sorted(int(path.name.split("-")[0]) for path in parquet_files(store, "store_meta"))
+    slow = (stamps[0] + stamps[1]) // 2  # stamped between the two writes, written after the compaction below
+    assert stamps[0] < slow < stamps[1]
     assert store.compact("store_meta") == 2
     frame = pl.DataFrame({"key": ["k"], "value": ["new"], "_seq": [slow]})
     frame.write_parquet(store.root / "store_meta" / f"{slow:020d}-1-slow.parquet")
     (compacted,) = [path for path in parquet_files(store, "store_meta") if path.name.endswith(".compacted.parquet")]
     assert parquet_files(store, "store_meta")[0].name.endswith("-slow.parquet") and compacted.name > f"{slow:020d}"
 
-    assert store.read("store_meta").rows() == [("other", "x"), ("k", "new")]
-    assert store.scan("store_meta").collect().rows() == [("other", "x"), ("k", "new")]
+    in_write_order = [("k", "new"), ("other", "x")]  # the slow row's stamp comes before the other key's
+    assert store.read("store_meta").rows() == in_write_order
+    assert store.scan("store_meta").collect().rows() == in_write_order
     assert store.compact("store_meta") == 2
-    assert store.read("store_meta").rows() == [("other", "x"), ("k", "new")]
+    assert store.read("store_meta").rows() == in_write_order
 
 
 _OPERATIONS = st.lists(
