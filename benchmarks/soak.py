@@ -317,6 +317,14 @@ def growth(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _memory_failures(passes: Sequence[Mapping[str, Any]]) -> str:
+    """How many of the compactor's memory compactions failed, and why (each reason once)."""
+    reasons = [n for p in passes for n in p["memory_merged"].values() if isinstance(n, str)]
+    told = "; ".join(dict.fromkeys(reason[:160] for reason in reasons))
+    count = f"{len(reasons)} memory compaction{'' if len(reasons) == 1 else 's'} failed"
+    return f"{count} (tried again at the next pass){': ' + told if told else ''}"
+
+
 def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") -> Section:
     """The section; ``quick`` for any run other than the published one (no target on the request count), whose
     ``flags`` the command line shows."""
@@ -383,8 +391,7 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
             f"{sum(sum(p['merged'].values()) for p in measured['compactions']):,} files merged; memory's tables: "
             f"{sum(n for p in measured['compactions'] for n in p['memory_merged'].values() if isinstance(n, int)):,} "
             f"data files merged, versions older than {MEMORY_VERSIONS_KEPT.total_seconds():.0f} s deleted; "
-            f"{sum(isinstance(n, str) for p in measured['compactions'] for n in p['memory_merged'].values())} "
-            f"memory compactions failed (tried again at the next pass)"),
+            + _memory_failures(measured["compactions"])),
     ]  # fmt: skip
     curves = [
         f"| {w.name} | " + " | ".join(f"{line['rss'] / 2**20:.0f}/{line['fds']}" for line in w.lines) + " |"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks._soak_worker import python_allocator_bytes
-from benchmarks.soak import UNSPANNED_RESOLVING, growth, span
+from benchmarks.soak import UNSPANNED_RESOLVING, _memory_failures, growth, span
 
 MIB = 2**20
 
@@ -86,3 +86,18 @@ def test_python_s_allocator_is_read_from_this_interpreter_and_sees_small_objects
     assert before["arenas"] >= before["in_use"] > 0
     assert during["in_use"] - before["in_use"] >= 100_000 * 80
     assert during["in_use"] - after["in_use"] >= 100_000 * 80
+
+
+def test_the_compactor_s_failed_memory_compactions_are_counted_and_each_reason_told_once() -> None:
+    passes = [
+        {"memory_merged": {"a": 12, "b": "memory at /s/b: Commit conflict for version 40"}},
+        {"memory_merged": {"a": "memory at /s/a: Commit conflict for version 41", "b": 3}},
+        {"memory_merged": {"a": 0, "b": "memory at /s/b: Commit conflict for version 40"}},
+    ]
+    told = _memory_failures(passes)
+    assert told.startswith("3 memory compactions failed (tried again at the next pass): ")
+    assert told.count("version 40") == 1 and "version 41" in told
+    none = _memory_failures([{"memory_merged": {"a": 1}}])
+    assert none == "0 memory compactions failed (tried again at the next pass)"
+    one = _memory_failures([{"memory_merged": {"a": "x"}}])
+    assert one == "1 memory compaction failed (tried again at the next pass): x"
