@@ -34,7 +34,9 @@ import numpy as np
 import polars as pl
 
 from gil_core.ontology import Node, Option, Tree
+from gil_core.telemetry import COLUMNS as TABLE_COLUMNS
 from gil_core.telemetry import EnergyModel, TelemetryStore
+from gil_core.telemetry._files import COMPACTED_SUFFIX, file_name
 
 SECTION = "Stats over a large store"
 COMMAND = "uv run --extra local python -m benchmarks.stats_speed"
@@ -175,15 +177,15 @@ def feedback_rows(rng: np.random.Generator, traces: pl.DataFrame) -> pl.DataFram
     )
 
 
+def as_traces(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame``'s columns that the traces table has, in its order."""
+    return frame.select(name for name in TABLE_COLUMNS["traces"] if name in frame.columns)
+
+
 def build_store(root: Path, traces: int, seed: int = 0) -> tuple[TelemetryStore, int, int]:
     """Write the store; return it with the number of trace rows and call rows written."""
     rng = np.random.default_rng(seed)
     store = TelemetryStore(root)
-    columns = store.scan("traces").collect_schema().names()
-
-    def trace_rows(frame: pl.DataFrame) -> pl.DataFrame:
-        return frame.select(name for name in columns if name in frame.columns)
-
     written_traces = written_calls = 0
     judged = []
     for first in range(0, traces, CHUNK):
@@ -194,8 +196,8 @@ def build_store(root: Path, traces: int, seed: int = 0) -> tuple[TelemetryStore,
             pl.col("energy").fill_null(0.0)
         )
         store.append("calls", calls)
-        store.append("traces", trace_rows(chunk))
-        judged.append(trace_rows(feedback_rows(rng, chunk)))
+        store.append("traces", as_traces(chunk))
+        judged.append(as_traces(feedback_rows(rng, chunk)))
         written_traces, written_calls = written_traces + chunk.height, written_calls + calls.height
     feedback = pl.concat(judged)
     store.append("traces", feedback)
@@ -248,16 +250,15 @@ def overlapped_copies(compacted: Path, root: Path, appends: int = OVERLAPPED_APP
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(compacted, target)
         store = TelemetryStore(target)
-        columns = store.scan("traces").collect_schema().names()
         rng = np.random.default_rng(7)
         for index in range(appends):
             chunk = trace_chunk(rng, 10_000_000 + 100 * index, 100).with_columns(energy=pl.lit(0.0))
-            store.append("traces", chunk.select(name for name in columns if name in chunk.columns))
+            store.append("traces", as_traces(chunk))
         if how == "named by the compactor's clock":
             folder = target / "traces"
-            (merged,) = folder.glob("*.compacted.parquet")
+            (merged,) = folder.glob(f"*{COMPACTED_SUFFIX}")
             latest = max(int(path.name.split("-")[0]) for path in folder.glob("*.parquet"))
-            merged.rename(folder / f"{latest + 1:020d}-{merged.name.split('-', 1)[1]}")
+            merged.rename(folder / file_name(latest + 1, COMPACTED_SUFFIX))
         copies[how] = TelemetryStore(target)
     return copies
 

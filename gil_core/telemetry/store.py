@@ -39,12 +39,11 @@ Durability model
 * **Compaction.** ``compact(table)`` merges a folder's files into one, one compactor at a time (locally a
   ``filelock.FileLock`` on ``.compact.lock`` in the folder; on object storage a claim object, see
   ``storage.ObjectFolder.claim``: a compactor that finds another one at work does nothing and returns 0).
-  The merged ``<ns>-<pid>-<random>.compacted.parquet`` keeps the winning row per key and lists the names of
-  the files it replaces in its Parquet key-value metadata (``gil.replaces``). It is written atomically as
-  above, THEN the sources are deleted. Readers ignore every file named by a compacted file present, so no row
-  is seen twice or missed, even if the compactor dies between the write and the deletes (the next compaction
-  deletes the leftovers). Files appended while a compaction runs are not in its list and stay live; its ``ns``
-  is the order key of the newest row it holds, so they list after it and reads stay in write order.
+  The merged ``<ns>-<pid>-<random>.compacted.parquet`` (``ns``: its newest row's order key, so files appended
+  meanwhile, which stay live, list after it and reads stay in write order) keeps the winning row per key and
+  lists the files it replaces in its Parquet metadata (``gil.replaces``). It is written atomically as above, THEN
+  the sources are deleted. Readers ignore every file a present compacted file names, so no row is seen twice or
+  missed, even if the compactor dies between the write and the deletes (the next compaction deletes those).
 * **Reading during compaction.** ``read`` retries when a listed file vanished before it was read, or when
   a compacted file appeared while it was reading (a listing is not a snapshot: one taken during a
   compaction's write-then-delete could miss both the sources and their replacement). ``scan`` plans over
@@ -481,14 +480,12 @@ class TelemetryStore:
             if not claim.fresh():
                 return 0  # too slow: another compactor may take the table over, so leave it as it is
             seq = merged.get_column(SEQ)
-            seq_range = (seq.min(), seq.max()) if merged.height and not seq.has_nulls() else None
+            span = int_pair([seq.min(), seq.max()]) if merged.height and not seq.has_nulls() else None
             # Older files' wall-clock stamps are kept as they are (see ``_clock``): the merged file is version 1.
             metadata = {REPLACES: json.dumps(sources), ORDER_KEY: ORDER_KEY_VERSION}
-            if seq_range is not None:
-                metadata[SEQ_RANGE] = json.dumps(seq_range)
-            # Named by the newest row it holds, not by when it was written: files appended while it merged are
-            # stamped after that row, so they list after it and the table stays in write order (no sort on read).
-            span = int_pair(seq_range)
+            if span is not None:
+                metadata[SEQ_RANGE] = json.dumps(span)
+            # Named by its newest row (module doc, "Compaction"), so the files appended while it merged list after it.
             name = file_name(span[1] if span is not None else self._clock.now(), COMPACTED_SUFFIX)
             folder.write_parquet(name, merged, metadata=metadata)
             self._checks.sound.add(str(folder.source(name)))
