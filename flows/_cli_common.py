@@ -20,7 +20,10 @@ from gil_core.errors import GilError
 if TYPE_CHECKING:
     from gil_core.taskfile import TaskFile
 
-console = Console()
+# Printed to a file or a pipe, tables are laid out 120 columns wide rather than rich's 80 (a file has no width to
+# keep to, and the per-node tables need about 100), unless COLUMNS says otherwise; a terminal keeps its own width.
+PIPED_WIDTH = 120
+console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH)
 errors = Console(stderr=True)
 T = TypeVar("T")
 

@@ -87,10 +87,13 @@ async def test_learned_never_seen_paraphrase_wrong_then_right_after_feedback_on_
     assert {"support-learned-reflex", "support-stats-deciders"} <= keys
 
 
-def _gil(*args: str) -> subprocess.CompletedProcess[str]:
+def _gil(*args: str, columns: str | None = "80") -> subprocess.CompletedProcess[str]:
+    """``gil`` in a child process, its output piped; ``columns`` pins the width (COLUMNS), so that a wide local
+    terminal cannot hide a table cut to fit; None leaves it to the piped default."""
     command = [sys.executable, "-c", "from flows.cli import main; main()", *args]
-    # Piped output is 80 columns wide; pinned so a wide local terminal cannot hide a table cut to fit.
-    env = {**os.environ, "COLUMNS": "80"}
+    env = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = columns
     return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, env=env)
 
 
@@ -163,6 +166,12 @@ async def test_learned_gil_fit_reflex_and_stats_name_each_nodes_rule(tmp_path: P
     assert table.returncode == 0 and "root" in table.stdout and "better" in table.stdout
     said = f"generation asked (generated the confirmed answer for {out_of_scope} of the latest 40 requests"
     assert said in " ".join(table.stdout.split())  # however the terminal wraps it
+    piped = _gil("fit-reflex", "-t", str(path), columns=None)  # to a file or a pipe: no figure cut short
+    lines = piped.stdout.splitlines()
+    for node, row in nodes.items():
+        line = next(line for line in lines if line.lstrip("│┃ ").startswith(f"{node} "))
+        figures = [row[key] for key in ("cut", "precision", "lower_bound", "coverage") if row[key] is not None]
+        assert figures and all(f"{figure:.3f}" in line for figure in figures), line
     (tmp_path / "plain").mkdir()
     refused = _gil("fit-reflex", "-t", str(write_task_file(tmp_path / "plain", "http://127.0.0.1:9/v1")))
     assert refused.returncode == 2 and "no learned_reflex" in refused.stderr
