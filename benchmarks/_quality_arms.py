@@ -135,7 +135,7 @@ async def _resolve(
         resolution.failure,
         tuple(resolution.path),
         recall.similarity if recall is not None else None,
-        recall.error if recall is not None else None,
+        (recall.refused or recall.error) if recall is not None else None,  # why memory did not answer
     )
     if feedback:  # the answer key as the verdict, at once: memory learns as the stream goes
         correction = None if outcome.correct else request.expected

@@ -90,7 +90,7 @@ class MemoryStep:
         try:
             verdict = await self._parts.verifier(task).verify(text, recall.text)
         except ModelError as exc:  # an unverified hit is not served: a miss that says why
-            return replace(recall, hit=False, verified=False, error=f"verification failed: {exc}")
+            return replace(recall, hit=False, verified=False, refused=f"verification failed: {exc}")
         same = verdict.yes and verdict.confidence >= policy.verify_confidence
         return replace(recall, hit=same, verified=same)
 
@@ -110,4 +110,4 @@ class MemoryStep:
         remembered = None if answer == task.language.none_of_these else self._parts.answers(task).option_for(answer)
         if not served or (remembered is None and answer != task.language.none_of_these) or option == remembered:
             return recall
-        return replace(recall, hit=False, error=f"learned: the learned judge serves {option or 'none of these'}")
+        return replace(recall, hit=False, refused=f"learned: the learned judge serves {option or 'none of these'}")

@@ -317,11 +317,17 @@ class Resolver:
 
 
 def _unquote(outcome: _Outcome, text: str) -> None:
-    """Take the request's words out of a do-not-record request's failure and memory error (both are stored)."""
+    """Take the request's words out of a do-not-record request's failure and memory's error and refusal (all are
+    stored)."""
     if outcome.failure is not None:
         outcome.failure = unquote(outcome.failure, text)
-    if outcome.recall is not None and outcome.recall.error is not None:
-        outcome.recall = replace(outcome.recall, error=unquote(outcome.recall.error, text))
+    recall = outcome.recall
+    if recall is not None and (recall.error is not None or recall.refused is not None):
+        outcome.recall = replace(
+            recall,
+            error=None if recall.error is None else unquote(recall.error, text),
+            refused=None if recall.refused is None else unquote(recall.refused, text),
+        )
 
 
 def _unquoted_error(error: MemoryUnavailableError, text: str) -> MemoryUnavailableError:

@@ -80,7 +80,7 @@ class MemoryCut:
         if self.rule == "configured" or self.configured != configured or recall.similarity is None:
             return recall
         if self.cut is None:
-            return replace(recall, hit=False, error="learned: the log shows memory below the task's precision")
+            return replace(recall, hit=False, refused="learned: the log shows memory below the task's precision")
         return replace(recall, threshold=self.cut, hit=recall.similarity >= self.cut)
 
     def to_json(self) -> dict[str, Any]:

@@ -109,7 +109,7 @@ class HitGuard:
         if verdict.allowed:
             return recall
         reason = verdict.reason or ""
-        return replace(recall, hit=False, error=f"guard: {reason.split(':', 1)[0] if private else reason}")
+        return replace(recall, hit=False, refused=f"guard: {reason.split(':', 1)[0] if private else reason}")
 
     def check(self, request: str, remembered: str) -> GuardVerdict:
         """Whether the answer remembered for ``remembered`` may be served for ``request``."""

@@ -29,7 +29,9 @@ class Recall:
 
     ``source`` is the nearest entry's key (a trace id), ``answer`` and ``text`` its confirmed answer and the
     request it answered. ``error`` says why the lookup failed when the caller turned a failure into a miss
-    (``Recall(threshold, hit=False, error=...)``, the other fields left None).
+    (``Recall(threshold, hit=False, error=...)``, the other fields left None). ``refused`` says why a hit was
+    taken back by a check after the lookup (the hit guard, memory's cut read from the log, the learned judge, a
+    verification that could not be made): memory worked, and the request is a miss.
     """
 
     threshold: float
@@ -40,6 +42,7 @@ class Recall:
     text: str | None = None
     error: str | None = None
     verified: bool | None = None
+    refused: str | None = None
 
     @classmethod
     def from_nearest(cls, nearest: MemoryEntry, *, threshold: float) -> Recall:
@@ -56,8 +59,9 @@ class Recall:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The ``recall`` column's JSON: ``{source, similarity, threshold, hit, error, verified}`` without None
-        fields (``verified`` only when the hit was put to a verification)."""
+        """The ``recall`` column's JSON: ``{source, similarity, threshold, hit, error, verified, refused}`` without
+        None fields (``verified`` only when the hit was put to a verification, ``refused`` only when a check took
+        the hit back)."""
         fields = {
             "source": self.source,
             "similarity": self.similarity,
@@ -65,6 +69,7 @@ class Recall:
             "hit": self.hit,
             "error": self.error,
             "verified": self.verified,
+            "refused": self.refused,
         }
         return {name: value for name, value in fields.items() if value is not None}
 

@@ -281,7 +281,7 @@ async def test_learned_judge_overrules_a_memory_hit_it_would_answer_otherwise(tm
             asked = len(server.requests)
             again = await resolver.resolve(task, "Where is my order 48213? It still has not arrived.")
     assert again.recall is not None and again.recall.similarity is not None and again.recall.similarity >= 0.9
-    assert not again.recall.hit and "learned judge serves track-order" in (again.recall.error or "")
+    assert not again.recall.hit and "learned judge serves track-order" in (again.recall.refused or "")
     assert again.mode == "habit/template" and "48213" in (again.output or "")
     assert len(server.requests) == asked
 

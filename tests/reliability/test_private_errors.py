@@ -258,7 +258,7 @@ async def test_a_private_request_leaves_its_text_on_no_error_path(
     assert failures["slot"].startswith("contract violated"), failures
     slot_calls = store.read("calls").filter(pl.col("trace_id") == results["slot"].trace_id)["role"].to_list()
     assert slot_calls.count("slot_fill") == 3, slot_calls  # the template was tried, and its filling failed
-    assert recalls["guard"]["error"] == "guard: numbers differ", recalls
+    assert recalls["guard"]["refused"] == "guard: numbers differ" and "error" not in recalls["guard"], recalls
     assert "HTTP 400" in recalls["embedder 400"]["error"] and "not quoted" in recalls["embedder 400"]["error"]
     assert "not JSON" in recalls["embedder garbage"]["error"], recalls
     assert "embedder 'picky' failed (ValueError: cannot embed '***'" in recalls["user embedder"]["error"], recalls

@@ -178,7 +178,8 @@ async def test_the_memory_guard_refuses_a_hit_for_another_order_number(tmp_path:
             await resolver.feedback(task, answered.trace_id, correct=True)
             guarded = await resolver.resolve(task, second)
     assert guarded.mode == "habit/template" and guarded.output is not None and "48214" in guarded.output
-    assert guarded.recall is not None and not guarded.recall.hit and "guard" in (guarded.recall.error or "")
+    assert guarded.recall is not None and not guarded.recall.hit and guarded.recall.error is None
+    assert (guarded.recall.refused or "").startswith("guard: ")  # memory worked; the guard took the hit back
 
 
 async def test_the_reflex_judge_settles_nodes_without_an_llm_call_and_the_trace_says_which(tmp_path: Path) -> None:

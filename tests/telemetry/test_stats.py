@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from scipy.stats import binomtest
 
 from gil_core.errors import ConfigurationError
+from gil_core.memory import Recall
+from gil_core.memory.guard import HitGuard
 from gil_core.ontology import Node, Option, Tree
 from gil_core.telemetry import CallRecord, EnergyModel, TelemetryStore, TraceRecord
 from gil_core.telemetry.stats import WILSON_Z, price_expression, wilson_bounds
@@ -106,6 +108,22 @@ def test_habit_and_memory_rates_and_memory_failures(store: TelemetryStore) -> No
     store.record_trace(trace(3, "fallback", recall=failed))
     stats = store.stats("support", window=4)
     assert (stats.habit_rate, stats.memory_rate, stats.memory_failures) == (0.5, 0.25, 2)
+
+
+def test_a_hit_a_check_took_back_is_a_miss_not_a_memory_failure(store: TelemetryStore) -> None:
+    """Memory worked when the hit guard (or the learned judge, or a verification) took its hit back: the recall
+    says why in ``refused``, and stats do not count it as a failed lookup; nor rows stored before that key, which
+    said it in ``error``. A lookup that failed counts, whatever its message quotes."""
+    remembered = Recall(0.8, hit=True, source="t0", similarity=0.95, answer="Sent.", text="refund 5 for order 7")
+    refused = HitGuard().screen(remembered, "refund 50 for order 7")
+    assert not refused.hit and refused.error is None and (refused.refused or "").startswith("guard: numbers differ")
+    store.record_trace(trace(0, "fallback", recall=refused.to_json()))
+    for index, why in enumerate(("guard: numbers differ", "learned: the learned judge serves x", "verification "
+                                 "failed: HTTP 500"), start=1):  # fmt: skip
+        store.record_trace(trace(index, "fallback", recall={**refused.to_json(), "refused": None, "error": why}))
+    store.record_trace(trace(4, "fallback", recall={"threshold": 0.8, "hit": False, "error": "OSError: guard: x"}))
+    stats = store.stats("support", window=5)
+    assert (stats.memory_rate, stats.memory_failures) == (0.0, 1)
 
 
 def test_other_tasks_are_never_counted(store: TelemetryStore) -> None:
