@@ -42,9 +42,9 @@ _HABIT_PREFIX = "habit/"
 # fixed set and a quote inside a JSON string is always escaped, so this pattern matches the key and nothing
 # else; it is ~40× cheaper than parsing every recall (``json_path_match``) on a million traces. A hit a check
 # took back is no failure: it says why in ``refused``; rows written before that key (2026-12-07) said it in
-# ``error``, always after one of these words, and are not counted either.
-_RECALL_ERROR = r'"error"\s*:\s*"'
-_RECALL_TAKEN_BACK = r'"error"\s*:\s*"(guard|learned|verification failed): '
+# ``error``, always after one of these words, and are not counted either. One pass: the group is "" for a
+# failure, the word for a take-back, null without an ``error``.
+_RECALL_ERROR = r'"error"\s*:\s*"((?:guard|learned|verification failed): |)'
 
 
 # -- the tree, as far as stats need it ----------------------------------------------------------------------
@@ -291,11 +291,7 @@ def compute_stats(
         store.scan("traces")
         .filter(pl.col("task") == task)
         .select(columns)
-        .with_columns(
-            failed=(
-                pl.col("recall").str.contains(_RECALL_ERROR) & ~pl.col("recall").str.contains(_RECALL_TAKEN_BACK)
-            ).fill_null(False)
-        )
+        .with_columns(failed=(pl.col("recall").str.extract(_RECALL_ERROR, 1) == "").fill_null(False))
         .drop("recall")
     )
     if tree is not None:
