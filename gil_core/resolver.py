@@ -341,7 +341,8 @@ def _generated(generation: Generation | str) -> tuple[str | None, str | None]:
     if isinstance(generation, str):
         return None, generation
     if generation.output is None:
-        return None, f"contract violated after {generation.attempts} attempts: {generation.complaint}"
+        tries = f"{generation.attempts} attempt{'' if generation.attempts == 1 else 's'}"
+        return None, f"contract violated after {tries}: {generation.complaint}"
     return generation.output, None
 
 

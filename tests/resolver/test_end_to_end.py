@@ -126,6 +126,19 @@ async def test_a_task_without_fallback_abstains_with_a_reason(server: ScriptedOp
     assert "none_selected" in trace["failure"] and [call["role"] for call in calls] == ["judge"]
 
 
+@pytest.mark.parametrize(("attempts", "said"), [(1, "after 1 attempt:"), (2, "after 2 attempts:")])
+async def test_a_generation_that_breaks_the_contract_says_after_how_many_attempts(
+    attempts: int, said: str, tmp_path: Path
+) -> None:
+    task = support_task("strict", memory_threshold=None, fallback_max_attempts=attempts)
+    with support_server({"anything else?": Script(answers=["Outside this tree"])}) as server:
+        async with OpenAICompatibleChatModel(server.base_url, "m") as chat:
+            resolution = await Resolver(chat, TelemetryStore(tmp_path / "store")).resolve(task, "anything else?")
+        generated = [r for r in server.requests if not r.body.get("logprobs")]
+    assert resolution.output is None and len(generated) == attempts
+    assert (resolution.failure or "").startswith(f"contract violated {said} 'Outside this tree'"), resolution.failure
+
+
 async def test_a_bare_root_goes_straight_to_generation_without_a_judgment(
     server: ScriptedOpenAIServer, tmp_path: Path
 ) -> None:
