@@ -92,13 +92,13 @@ class _Reader:
         self, yaml_node: yaml.Node, allowed: tuple[str, ...], what: str, owner: str | None
     ) -> dict[str, yaml.Node]:
         if not isinstance(yaml_node, yaml.MappingNode):
-            raise self.fail(f"a {what} must be a mapping of keys to values", yaml_node, owner)
+            raise self.fail(f"{what} must be a mapping of keys to values", yaml_node, owner)
         fields: dict[str, yaml.Node] = {}
         for key_node, value_node in yaml_node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
             if key not in allowed:
                 known = ", ".join(allowed)
-                raise self.fail(f"unknown key {key!r} in a {what} (known keys: {known})", key_node, owner)
+                raise self.fail(f"unknown key {key!r} in {what} (known keys: {known})", key_node, owner)
             if key in fields:
                 raise self.fail(f"key {key!r} appears twice", key_node, owner)
             fields[key] = value_node
@@ -123,10 +123,10 @@ class _Reader:
 
     def identifier(self, fields: Mapping[str, yaml.Node], yaml_node: yaml.Node, what: str) -> str:
         if "id" not in fields:
-            raise self.fail(f"a {what} needs an 'id'", yaml_node, None)
+            raise self.fail(f"{what} needs an 'id'", yaml_node, None)
         value = self.text(fields, "id", None)
         if not value.strip():
-            raise self.fail(f"a {what}'s 'id' must not be empty", fields["id"], None)
+            raise self.fail(f"{what}'s 'id' must not be empty", fields["id"], None)
         return value
 
     def sequence(self, fields: Mapping[str, yaml.Node], key: str, owner: str) -> list[yaml.Node]:
@@ -151,8 +151,8 @@ class _Reader:
             raise self.fail(f"{key!r} cannot be {raw!r}", fields[key], owner) from None
 
     def node(self, yaml_node: yaml.Node, inherited: LabelScheme) -> Node:
-        fields = self.mapping(yaml_node, _NODE_KEYS, "node", None)
-        node_id = self.identifier(fields, yaml_node, "node")
+        fields = self.mapping(yaml_node, _NODE_KEYS, "a node", None)
+        node_id = self.identifier(fields, yaml_node, "a node")
         scheme = self.choice(fields, "label_scheme", node_id, LabelScheme, inherited)
         children = [self.node(child, scheme) for child in self.sequence(fields, "children", node_id)]
         options = [self.option(item, node_id) for item in self.sequence(fields, "options", node_id)]
@@ -169,8 +169,8 @@ class _Reader:
         )
 
     def option(self, yaml_node: yaml.Node, owner: str) -> Option:
-        fields = self.mapping(yaml_node, _OPTION_KEYS, "option", owner)
-        option_id = self.identifier(fields, yaml_node, "option")
+        fields = self.mapping(yaml_node, _OPTION_KEYS, "an option", owner)
+        option_id = self.identifier(fields, yaml_node, "an option")
         kind = self.choice(fields, "kind", option_id, OptionKind, OptionKind.ANSWER)
         option = Option(
             id=option_id,
@@ -190,7 +190,7 @@ class _Reader:
         return option
 
     def slot(self, yaml_node: yaml.Node, owner: str) -> Slot:
-        fields = self.mapping(yaml_node, _SLOT_KEYS, "slot", owner)
+        fields = self.mapping(yaml_node, _SLOT_KEYS, "a slot", owner)
         if "name" not in fields:
             raise self.fail("a slot needs a 'name'", yaml_node, owner)
         instruction = self.text(fields, "instruction", owner)
