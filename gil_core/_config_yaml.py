@@ -1,9 +1,12 @@
 """Reading a configuration file's YAML (tree files, task files) within bounds, so that a hostile file is refused
 at once instead of exhausting memory or the stack: a cap on the file's size, on how deep it nests, and on how
-many nodes it stands for once its aliases are expanded (a recursive alias or a billion-laughs file)."""
+many nodes it stands for once its aliases are expanded (a recursive alias or a billion-laughs file); and the
+hint an unknown key's error gives when it looks like a misspelt known one."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ __all__ = [
     "MAX_YAML_NODES",
     "BoundedLoader",
     "YAMLLimitError",
+    "misspelt",
     "read_config_text",
 ]
 
@@ -103,3 +107,12 @@ class BoundedLoader(yaml.SafeLoader):
 
 def _line(event: yaml.Event) -> int | None:
     return event.start_mark.line + 1 if event.start_mark is not None else None
+
+
+def misspelt(key: object, known: Iterable[str]) -> str:
+    """``", did you mean 'x'?"`` when the unknown ``key`` is close to a known one (difflib's ratio ≥ 0.75, as
+    "memory_treshold" is to "memory_threshold"), else ``""``: the tail of an unknown key's error."""
+    if not isinstance(key, str):
+        return ""
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
+    return f", did you mean {close[0]!r}?" if close else ""

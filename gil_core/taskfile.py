@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from gil_core._config_yaml import BoundedLoader, YAMLLimitError, read_config_text
+from gil_core._config_yaml import BoundedLoader, YAMLLimitError, misspelt, read_config_text
 from gil_core.errors import ConfigurationError
 from gil_core.fallback import TextContract, TreeAnswerContract
 from gil_core.fallback.contracts import Contract
@@ -290,7 +290,7 @@ class _Reader:
         unknown = sorted(str(error["loc"][0]) for error in errors if error["type"] == "extra_forbidden")
         unknown = [key for key in unknown if key not in _KEYS]
         if unknown:
-            return self.fail(unknown[0], f"unknown key (known keys: {', '.join(_KEYS)})")
+            return self.fail(unknown[0], f"unknown key{misspelt(unknown[0], _KEYS)} (known keys: {', '.join(_KEYS)})")
         key = str(errors[0]["loc"][0])
         return self.fail(key, self.message(key, [error for error in errors if error["loc"][0] == key]))
 
@@ -329,7 +329,7 @@ class _Reader:
         known = ", ".join(_LearnedKeys.model_fields)
         unknown = sorted(str(error["loc"][1]) for error in errors if error["type"] == "extra_forbidden")
         if unknown:
-            return f"unknown key {unknown[0]!r} ({known})"
+            return f"unknown key {unknown[0]!r}{misspelt(unknown[0], _LearnedKeys.model_fields)} ({known})"
         error = errors[0]
         name = str(error["loc"][1])
         if error["type"] == "missing":

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from gil_core._config_yaml import BoundedLoader, YAMLLimitError, read_config_text
+from gil_core._config_yaml import BoundedLoader, YAMLLimitError, misspelt, read_config_text
 from gil_core.atomic import atomic_write_text
 from gil_core.errors import TreeFileError
 from gil_core.ontology.labels import LabelScheme
@@ -98,7 +98,8 @@ class _Reader:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
             if key not in allowed:
                 known = ", ".join(allowed)
-                raise self.fail(f"unknown key {key!r} in {what} (known keys: {known})", key_node, owner)
+                hint = misspelt(key, allowed)
+                raise self.fail(f"unknown key {key!r} in {what}{hint} (known keys: {known})", key_node, owner)
             if key in fields:
                 raise self.fail(f"key {key!r} appears twice", key_node, owner)
             fields[key] = value_node

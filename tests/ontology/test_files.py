@@ -107,8 +107,8 @@ def test_more_candidates_than_the_scheme_holds_is_a_capacity_error(tmp_path: Pat
 @pytest.mark.parametrize(
     ("body", "line", "node", "words"),
     [
-        ("id: root\ncolour: red\n", 2, None, "unknown key 'colour' in a node"),
-        ("id: root\noptions:\n- id: a\n  labl: x\n  text: x\n", 4, "root", "unknown key 'labl' in an option"),
+        ("id: root\ncolour: red\n", 2, None, "unknown key 'colour' in a node (known keys:"),
+        ("id: root\noptions:\n- id: a\n  labl: x\n  text: x\n", 4, "root", "'labl' in an option, did you mean 'label'"),
         ("id: root\noptions:\n- text: x\n", 3, None, "an option needs an 'id'"),
         ("id: root\noptions:\n- id: a\n  kind: poem\n  text: x\n", 4, "a", "'kind' cannot be 'poem'"),
         ("id: root\noptions:\n- id: a\n  kind: template\n", 3, "a", "needs 'template'"),

@@ -158,7 +158,9 @@ def test_a_one_megabyte_description_loads_and_reaches_the_judge_prompt_whole(tmp
 
 TASK_FILES: dict[str, tuple[dict[str, Any], str, str]] = {
     # name: (keys changed, key named, words in the message)
-    "unknown key": ({"colour": "red"}, "colour", "unknown key"),
+    "unknown key": ({"colour": "red"}, "colour", "unknown key (known keys:"),
+    "misspelt key": ({"memory_treshold": 0.9}, "memory_treshold", "unknown key, did you mean 'memory_threshold'?"),
+    "misspelt learned key": ({"learned_reflex": {"precison": 0.97}}, "learned_reflex", "did you mean 'precision'?"),
     "no thresholds": ({"thresholds": None}, "thresholds", "required"),
     "thresholds a list": ({"thresholds": [0.5]}, "thresholds", "expected"),
     "threshold above one": ({"thresholds": {"per_layer": [0.5], "leaf": 1.5}}, "thresholds", "[0, 1]"),
