@@ -353,11 +353,15 @@ def test_verdicts_for_unknown_traces_and_bad_lines_are_named_and_the_rest_apply(
             encoding="utf-8",
         )
         code, stdout, stderr = invoke("feedback", str(verdicts), "-t", str(tmp_path / "task.yaml"), "--json")
+        again = invoke("feedback", str(verdicts), "-t", str(tmp_path / "task.yaml"))  # as a person reads it
     assert code == 0, stderr
     report = json.loads(stdout)
     assert report["applied"] == 1
     assert [item.split(": ")[0] for item in report["bad_lines"]] == [f"{verdicts}:{n}" for n in (2, 3, 4, 5)]
     assert len(report["failed"]) == 1 and report["failed"][0].startswith("trace 'no-such-trace': ")
+    code, stdout, stderr = again  # the failed verdict named, and counted beside the others
+    assert code == 0 and "applied 0, unchanged 1, failed 1, bad lines 4" in stdout, (stdout, stderr)
+    assert "failed trace 'no-such-trace': " in " ".join(stderr.split()), stderr
     stored = TelemetryStore(tmp_path / "store").read("traces")
     assert stored.filter(pl.col("trace_id") == known)["feedback_verdict"].to_list() == ["correct"]
 
