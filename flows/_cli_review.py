@@ -117,7 +117,10 @@ def queue_command(
     data = queue.to_json()
 
     def render() -> None:
-        table = Table(title=f"feedback queue for {queue.task}: {len(queue.items)} of {queue.eligible} unconfirmed")
+        # Eligible: unconfirmed and not issued before (an answer is asked about once).
+        shown = f"{len(queue.items)} of {queue.eligible} unconfirmed answers not yet asked about"
+        title = f"feedback queue for {queue.task}: {shown}"
+        table = Table(title=title)
         for column in ("trace", "request", "answer", "chosen", "why", "score"):
             table.add_column(column, justify="right" if column == "score" else "left", overflow="fold")
         for item in queue.items:

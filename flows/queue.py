@@ -364,7 +364,10 @@ async def feedback_queue_flow(
     queue = await issue_queue_task(task_file, size, random_share)
     rows = queue_rows(queue)
     if rows:
-        description = f"Answers to check for {queue['task']}: {len(rows)} of {queue['eligible']} unconfirmed"
+        description = (
+            f"Answers to check for {queue['task']}: {len(rows)} of {queue['eligible']} unconfirmed answers not yet "
+            "asked about"
+        )
         await acreate_table_artifact(rows, key=artifact_key(queue["task"], "feedback-queue"), description=description)
     get_run_logger().info("feedback queue %s: %d of %d unconfirmed answers", queue["queue_id"], len(rows),
                           queue["eligible"])  # fmt: skip

@@ -62,6 +62,9 @@ def test_queue_cli_prints_json_and_records_the_queue_as_issued(tmp_path: Path) -
         again = runner.invoke(app, ["review", "queue", "-t", str(path), "--size", "50", "--json"])
         later = json.loads(again.stdout)
         assert not {item["trace_id"] for item in later["items"]} & set(chosen)  # asked about once
+        done = runner.invoke(app, ["review", "queue", "-t", str(path)])  # every answer asked about: says so
+        said = " ".join(done.stdout.split())
+        assert "0 of 0 unconfirmed answers not yet asked about" in said and "nothing to ask about" in said, said
         refused = runner.invoke(app, ["review", "queue", "-t", str(path), "--random-share", "1.5"])
         assert refused.exit_code == 2 and "--random-share" in refused.output
 
