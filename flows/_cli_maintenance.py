@@ -170,7 +170,16 @@ def fit_energy_command(task_file_path: TaskFileOption = None, as_json: JsonOptio
     loaded = task_file(task_file_path)
     model = guarded(lambda: fit_and_store_energy(TelemetryStore(loaded.store)))
     data = asdict(model) if model is not None else None
-    emit(data, as_json, lambda: console.print(data if data else "too few server timings to fit"))
+
+    def said() -> None:
+        if data is None:
+            console.print("too few server timings to fit")
+            return
+        console.print("energy fitted to the server's timings (milliseconds); later prices use it:")
+        for name, value in data.items():
+            console.print(f"  {name.replace('_', ' ')}: {value:.4g}", highlight=False)
+
+    emit(data, as_json, said)
 
 
 StoreArgument = Annotated[

@@ -55,6 +55,7 @@ def invoke(*args: str) -> tuple[int, str, str]:
         "review deactivate",
         "review differentiate",
         "review decide",
+        "review queue",
     ],
 )
 def test_every_command_has_help(command: str) -> None:
@@ -130,6 +131,13 @@ def test_a_batch_with_a_bad_line_reports_it_and_resolves_the_rest_then_feedback_
 
     code, stdout, _ = invoke("rebuild-memory", "-t", str(task), "--json")
     assert json.loads(stdout) == {"entries": 2}
+
+    code, stdout, stderr = invoke("fit-energy", "-t", str(task), "--json")  # the scripted server's timings
+    fitted = json.loads(stdout)
+    assert code == 0 and set(fitted) == {"fixed", "per_fresh_prompt_token", "per_cached_token", "per_output_token"}
+    code, stdout, _ = invoke("fit-energy", "-t", str(task))  # as a person reads it: one line a coefficient
+    assert code == 0 and "fitted to the server's timings" in stdout, stdout
+    assert f"per output token: {fitted['per_output_token']:.4g}" in stdout.splitlines()[-1], stdout
 
 
 @pytest.mark.parametrize(
