@@ -80,11 +80,16 @@ def review_artifact_key(review: ReviewList) -> str:
 async def publish(review: ReviewList, task_file: str) -> str:
     path = review.write(review_path(task_file, review.kind.value))
     key = review_artifact_key(review)
-    rows = [{k: str(v) for k, v in item.items()} for item in review.items] or [{"items": "nothing to review"}]
-    await acreate_table_artifact(rows, key=key, description=f"{review.kind.value} review for {review.task}")
+    rows = [{k: str(v) for k, v in item.items()} for item in review.items]
+    await acreate_table_artifact(
+        rows or [{"items": review.note or "nothing to review"}],
+        key=key,
+        description=f"{review.kind.value} review for {review.task}",
+    )
+    note = f"{review.note}.\n\n" if review.note else ""  # why a round proposed nothing yet
     await acreate_markdown_artifact(
         f"# {review.kind.value} review — `{review.task}`\n\n{len(review.items)} items, written to `{path}`.\n\n"
-        "Decide in the form of a run started with `wait_for_decisions: true` (Resume), or with "
+        f"{note}Decide in the form of a run started with `wait_for_decisions: true` (Resume), or with "
         f"`gil review decide {review.kind.value} ITEM_ID accepted|rejected --note ...`.",
         key=f"{key}-howto",
     )

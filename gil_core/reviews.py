@@ -21,6 +21,7 @@ import yaml
 
 from gil_core.atomic import atomic_write_text
 from gil_core.errors import ConfigurationError, TreeFileError
+from gil_core.habits.costs import CostModelError
 from gil_core.habits.deactivation import (
     DeactivationPolicy,
     ReliabilityWeights,
@@ -95,17 +96,21 @@ DEFAULT_DIFFERENTIATION = DifferentiationPolicy(headroom=2, min_support=3, simil
 @dataclass(frozen=True)
 class ReviewList:
     """What a round proposes: one mapping per item, each with an ``id`` a decision names. A promotion round also
-    says at which trace index (how many requests of the task) its proposals were computed."""
+    says at which trace index (how many requests of the task) its proposals were computed; ``note``, why a round
+    could propose nothing yet (a log too young to price a habit)."""
 
     kind: ReviewKind
     task: str
     items: list[dict[str, Any]]
     at_index: int | None = None
+    note: str | None = None
 
     def to_yaml(self) -> str:
         data: dict[str, Any] = {"kind": self.kind.value, "task": self.task}
         if self.at_index is not None:
             data["at_index"] = self.at_index
+        if self.note is not None:
+            data["note"] = self.note
         return yaml.safe_dump({**data, "items": self.items}, sort_keys=False, allow_unicode=True)
 
     def describe(self, item: dict[str, Any]) -> str:
@@ -130,10 +135,15 @@ class ReviewList:
 def promotion_review(
     store: TelemetryStore, task: TaskDefinition, policy: PromotionPolicy = DEFAULT_PROMOTION
 ) -> ReviewList:
-    """Recurring confirmed answers worth making habits (net saving > 0), best first."""
-    round_ = store.rescanning(  # reads only: read again when a concurrent compaction deletes a file mid-read
-        lambda: prepare_promotion_round(store, task.name, task.tree, policy, none_text=task.language.none_of_these)
-    )
+    """Recurring confirmed answers worth making habits (net saving > 0), best first; none, with a note saying why,
+    while the log holds too few judge calls to price a habit (a young task: a scheduled round is not a failure)."""
+    try:
+        round_ = store.rescanning(  # reads only: read again when a concurrent compaction deletes a file mid-read
+            lambda: prepare_promotion_round(store, task.name, task.tree, policy, none_text=task.language.none_of_these)
+        )
+    except CostModelError as exc:
+        note = f"nothing proposed yet: a habit is priced from the judge calls in the log, and {exc}"
+        return ReviewList(ReviewKind.PROMOTION, task.name, [], note=note)
     items = [
         {**asdict(proposal), "sources": list(proposal.sources), "net_saving": proposal.net_saving}
         for proposal in round_.proposals.proposals

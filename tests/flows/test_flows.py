@@ -62,3 +62,21 @@ async def test_batch_feedback_rerun_and_maintenance_flows(tmp_path: Path) -> Non
         "support-promotion",
         "support-savings",
     }
+
+
+@pytest.mark.usefixtures("prefect_harness")
+async def test_a_promotion_round_on_a_task_with_no_requests_yet_proposes_nothing_and_says_why(tmp_path: Path) -> None:
+    """A scheduled round on a young task (no judge call in the log to price a habit) completes with no items and
+    a note, in its list file and its artifacts, instead of failing the run."""
+    from prefect.client.orchestration import get_client
+
+    from flows.review import promotion_round_flow
+
+    task = str(write_task_file(tmp_path, "http://127.0.0.1:9/v1"))  # no model is asked: nothing is resolved
+    published = await promotion_round_flow(task)
+    assert published["items"] == 0
+    listed = Path(published["file"]).read_text(encoding="utf-8")
+    assert "note: 'nothing proposed yet: a habit is priced from the judge calls in the log" in listed, listed
+    async with get_client() as client:
+        (howto,) = [a for a in await client.read_artifacts() if a.key == "support-promotion-howto"]
+    assert "nothing proposed yet" in str(howto.data) and "got 0" in str(howto.data)
