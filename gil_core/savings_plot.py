@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import base64
 import io
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gil_core.errors import ConfigurationError
-from gil_core.telemetry.savings import Savings
+from gil_core.telemetry.savings import BatchSavings, Savings
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -40,10 +42,24 @@ def _pyplot() -> Any:
     return plt
 
 
+def _batch_labels(batches: Sequence[BatchSavings]) -> list[str]:
+    """Each batch's start to the minute, or to the second when two batches started in the same minute; a batch
+    that started in the same second as an earlier one is numbered after it ("#2")."""
+    minutes = [batch.started_at.strftime("%m-%d %H:%M") for batch in batches]
+    if len(set(minutes)) == len(minutes):
+        return minutes
+    labels, seen = [], Counter[str]()
+    for batch in batches:
+        second = batch.started_at.strftime("%m-%d %H:%M:%S")
+        seen[second] += 1
+        labels.append(second if seen[second] == 1 else f"{second} #{seen[second]}")
+    return labels
+
+
 def savings_figure(savings: Savings) -> Figure:
     """The chart; a figure saying so when the task has no batch yet."""
     plt = _pyplot()
-    figure, (shares, energy) = plt.subplots(2, 1, figsize=(9, 6), sharex=True, height_ratios=(3, 2))
+    figure, (shares, energy) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, height_ratios=(3, 2))
     batches = savings.batches
     x = list(range(len(batches)))
     bottom = [0.0] * len(batches)
@@ -55,19 +71,21 @@ def savings_figure(savings: Savings) -> Figure:
     shares.set_ylabel("% of the batch's requests")
     shares.set_ylim(0, 100)
     shares.set_title(f"What settled each batch — task {savings.task}")
+    # Legends beside the plots, not on them: a bar or a point never hides under one.
+    beside = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, "fontsize": 8}
     if batches:
-        shares.legend(loc="upper left", fontsize=8, ncols=3)
+        shares.legend(**beside)
     else:
         shares.text(0.5, 0.5, "no batch yet", ha="center", va="center", transform=shares.transAxes)
     energy.plot(x, [batch.energy_per_request for batch in batches], marker="o", color="#264653", label="Gil")
     if savings.generation_energy is not None:
         calls = f"{savings.generation_calls} generation call{'s' if savings.generation_calls != 1 else ''}"
-        label = f"estimate: full generation (mean of {calls})"
+        label = f"estimate: full generation\n(mean of {calls})"
         energy.axhline(savings.generation_energy, color="#e76f51", linestyle="--", label=label)
     energy.set_ylabel("energy per request")
     energy.set_ylim(bottom=0)
-    energy.legend(loc="upper right", fontsize=8)
-    energy.set_xticks(x, [batch.started_at.strftime("%m-%d %H:%M") for batch in batches], rotation=45, fontsize=7)
+    energy.legend(**beside)
+    energy.set_xticks(x, _batch_labels(batches), rotation=45, fontsize=7)
     energy.set_xlabel("batch (start, UTC)")
     figure.tight_layout()
     drawn: Figure = figure

@@ -13,7 +13,7 @@ from gil_core.batch import Ticket, resolve_batch
 from gil_core.llm import OpenAICompatibleChatModel
 from gil_core.reporting import savings_markdown
 from gil_core.resolver import Resolver
-from gil_core.savings_plot import savings_markdown_image, write_savings_plot
+from gil_core.savings_plot import savings_figure, savings_markdown_image, write_savings_plot
 from gil_core.telemetry import TelemetryStore
 from gil_core.telemetry.savings import compute_savings
 from tests.resolver._support import Script, support_server, support_task
@@ -71,6 +71,14 @@ def test_savings_markdown_and_chart(tmp_path: Path) -> None:
     assert "| llm | generation |" in markdown and "25%" in markdown and "75%" in markdown
     png = write_savings_plot(savings, tmp_path / "savings.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    figure = savings_figure(savings)  # two batches started within a minute (or a second): told apart
+    figure.canvas.draw()
+    shares, energy = figure.axes
+    labels = [label.get_text() for label in energy.get_xticklabels()]
+    assert len(set(labels)) == 2 and labels[0] == f"{savings.batches[0].started_at:%m-%d %H:%M:%S}", labels
+    for axes in (shares, energy):  # each legend beside its plot: no bar or point hides under it
+        legend = axes.get_legend()
+        assert legend is not None and not legend.get_window_extent().overlaps(axes.get_window_extent())
     empty = compute_savings(store, "no such task")
     assert empty.batches == () and empty.generation_energy is None
     assert "No batch yet." in savings_markdown(empty)
