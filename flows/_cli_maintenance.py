@@ -5,6 +5,7 @@ store's check.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -215,7 +216,8 @@ def export_sqlite_command(
     report = guarded(lambda: export_sqlite(TelemetryStore(where), out))
     if isinstance(where, str) and not any(report.rows.values()):
         warn("empty", f"{where} holds no rows: check the bucket and prefix")  # a prefix is never missing, only empty
-    emit({"out": str(out), "rows": report.rows}, as_json, lambda: console.print(f"wrote {out}: {report.rows}"))
+    said = f"wrote {out}: {_rows_per_table(report.rows)}"
+    emit({"out": str(out), "rows": report.rows}, as_json, lambda: console.print(said, highlight=False))
 
 
 def import_sqlite_command(
@@ -231,7 +233,15 @@ def import_sqlite_command(
     if not database.is_file():
         raise fail(f"{database}: no such file")
     report = guarded(lambda: import_sqlite(database, TelemetryStore(where)))
-    emit({"store": str(where), "rows": report.rows}, as_json, lambda: console.print(f"read {database}: {report.rows}"))
+    said = f"read {database} into {where}: {_rows_per_table(report.rows)}"
+    emit({"store": str(where), "rows": report.rows}, as_json, lambda: console.print(said, highlight=False))
+
+
+def _rows_per_table(rows: Mapping[str, int]) -> str:
+    """``"204 traces, 331 calls"``: the tables that hold rows; the number of the others that hold none."""
+    held = [f"{count:,} {table}" for table, count in rows.items() if count]
+    empty = sum(1 for count in rows.values() if not count)
+    return ", ".join(held or ["no rows"]) + (f" ({empty} tables empty)" if empty else "")
 
 
 def doctor(

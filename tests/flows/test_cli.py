@@ -175,8 +175,9 @@ def test_export_then_import_sqlite_through_the_cli(tmp_path: Path) -> None:
     assert code == 0, stderr
     with sqlite3.connect(out) as connection:
         assert connection.execute("select count(*) from traces").fetchone()[0] == json.loads(stdout)["rows"]["traces"]
-    code, _, stderr = invoke("import-sqlite", str(out), str(tmp_path / "copy"))
+    code, said, stderr = invoke("import-sqlite", str(out), str(tmp_path / "copy"))  # as a person reads it
     assert code == 0, stderr
+    assert f"{json.loads(stdout)['rows']['traces']:,} traces, " in " ".join(said.split()), said
     original, copy = TelemetryStore(store_path), TelemetryStore(tmp_path / "copy")
     assert all(original.read(table).equals(copy.read(table)) for table in original.tables())
     code, _, stderr = invoke("import-sqlite", str(tmp_path / "absent.sqlite"), str(tmp_path / "copy"))
