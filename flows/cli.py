@@ -41,6 +41,8 @@ def resolve(
     from gil_core.runtime import open_runtime
 
     loaded = task_file(task_file_path)
+    if not text.strip():  # as a batch refuses a ticket without text
+        raise fail("the request is empty: nothing to resolve")
 
     async def work() -> dict[str, Any]:
         async with open_runtime(loaded) as runtime:
@@ -56,7 +58,8 @@ def resolve(
         }
 
     result = run(work())
-    emit(result, as_json, lambda: console.print(f"[bold]{result['mode']}[/bold]: {result['output']}", highlight=False))
+    answer = result["output"] if result["output"] is not None else f"no answer ({result['failure'] or 'none given'})"
+    emit(result, as_json, lambda: console.print(f"[bold]{result['mode']}[/bold]: {answer}", highlight=False))
 
 
 @app.command("resolve-batch")

@@ -383,7 +383,10 @@ class _Reader:
         return dict(value)
 
     def tree(self) -> Tree:
-        return load_tree(self.path("tree", ""))
+        path = self.path("tree", "")
+        if not path.is_file():  # named at the task file's line; a tree that is there says its own problems
+            raise self.fail("tree", f"no tree file at {path}")
+        return load_tree(path)
 
     def contract(self, tree: Tree) -> Contract:
         value = self.keys.contract

@@ -71,6 +71,18 @@ def test_resolve_prints_json_a_program_can_read(server: ScriptedOpenAIServer, tm
     assert (result["mode"], result["output"], result["path"]) == ("habit/answer", REFUND, ["root", "billing"])
 
 
+def test_resolve_refuses_an_empty_request_and_says_why_there_is_no_answer(tmp_path: Path) -> None:
+    """An empty request is refused before any model is asked (as a batch refuses a ticket without text); a
+    request that got no answer prints why, not "None"."""
+    with support_server({"anything else?": Script(answers=["Outside this tree"])}) as server:
+        task = write_task_file(tmp_path, server.base_url, fallback_max_attempts=1)
+        code, _, stderr = invoke("resolve", "   ", "-t", str(task))
+        assert code == 2 and "the request is empty" in stderr and not server.requests
+        code, stdout, _ = invoke("resolve", "anything else?", "-t", str(task))
+    said = " ".join(stdout.split())
+    assert code == 0 and said.startswith("fallback: no answer (contract violated after 1 attempt: "), said
+
+
 def test_a_batch_with_a_bad_line_reports_it_and_resolves_the_rest_then_feedback_and_stats(
     server: ScriptedOpenAIServer, tmp_path: Path
 ) -> None:

@@ -162,6 +162,7 @@ TASK_FILES: dict[str, tuple[dict[str, Any], str, str]] = {
     "misspelt key": ({"memory_treshold": 0.9}, "memory_treshold", "unknown key, did you mean 'memory_threshold'?"),
     "misspelt learned key": ({"learned_reflex": {"precison": 0.97}}, "learned_reflex", "did you mean 'precision'?"),
     "no thresholds": ({"thresholds": None}, "thresholds", "required"),
+    "no tree file there": ({"tree": "nowhere.yaml"}, "tree", "no tree file at "),
     "thresholds a list": ({"thresholds": [0.5]}, "thresholds", "expected"),
     "threshold above one": ({"thresholds": {"per_layer": [0.5], "leaf": 1.5}}, "thresholds", "[0, 1]"),
     "threshold a word": ({"thresholds": {"per_layer": ["high"], "leaf": 0.5}}, "thresholds", "numbers"),
