@@ -20,11 +20,19 @@ from gil_core.errors import GilError
 if TYPE_CHECKING:
     from gil_core.taskfile import TaskFile
 
-# Printed to a file or a pipe, tables are laid out 120 columns wide rather than rich's 80 (a file has no width to
-# keep to, and the per-node tables need about 100), unless COLUMNS says otherwise; a terminal keeps its own width.
 PIPED_WIDTH = 120
-console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH)
+console = Console()
 errors = Console(stderr=True)
+
+
+def fit_to_output() -> None:
+    """Printed to a file or a pipe, lay tables out ``PIPED_WIDTH`` columns wide rather than rich's 80 (a file has
+    no width to keep to, and the per-node tables need about 100), unless COLUMNS says otherwise; a terminal keeps
+    its own width. Called by the entry point, when the output is known."""
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = PIPED_WIDTH
+
+
 T = TypeVar("T")
 
 TaskFileOption = Annotated[

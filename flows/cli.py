@@ -15,7 +15,18 @@ from typing import Annotated, Any, cast
 import typer
 from rich.table import Table
 
-from flows._cli_common import JsonOption, TaskFileOption, console, emit, fail, guarded, run, task_file, warn
+from flows._cli_common import (
+    JsonOption,
+    TaskFileOption,
+    console,
+    emit,
+    fail,
+    fit_to_output,
+    guarded,
+    run,
+    task_file,
+    warn,
+)
 from flows._cli_maintenance import add_maintenance_commands, stats
 from flows._cli_review import review_app
 
@@ -360,6 +371,7 @@ def _require_prefect_api(api_url: str) -> None:
 
 
 def main() -> None:  # the console-script entry point
+    fit_to_output()
     app()
 
 
