@@ -144,6 +144,8 @@ def parse_task_file(text: str, *, path: Path, overrides: dict[str, Any] | None =
         loader.dispose()
     if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
         raise TaskFileError("a task file is a mapping of keys to values", path=where, line=1)
+    if "task" not in data and "id" in data and ({"children", "options"} & set(data)):  # a tree handed over
+        raise TaskFileError("a tree file, not a task file: a task file names its tree under 'tree'", path=where, line=1)
     lines: dict[str, int] = {}
     for key, _ in node.value:
         if isinstance(key, yaml.ScalarNode):

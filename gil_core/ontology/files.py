@@ -61,6 +61,10 @@ def parse_tree(text: str, *, source: str = "<tree>") -> Tree:
         loader.dispose()
     if document is None:
         raise TreeFileError("the file holds no tree", path=source, line=1)
+    if isinstance(document, yaml.MappingNode):  # a task file handed over for its tree: say which file to give
+        keys = {key.value for key, _ in document.value if isinstance(key, yaml.ScalarNode)}
+        if {"task", "tree"} <= keys:
+            raise TreeFileError("a task file, not a tree file: its tree is the file its 'tree' names", path=source)
     reader = _Reader(source, loader)
     root = reader.node(document, LabelScheme.LETTERS)
     tree = Tree(root=root, source=source)

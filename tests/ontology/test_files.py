@@ -116,6 +116,7 @@ def test_more_candidates_than_the_scheme_holds_is_a_capacity_error(tmp_path: Pat
         ("id: root\nchildren: nope\n", 2, "root", "'children' must be a list"),
         ("- id: root\n", 1, None, "must be a mapping"),
         ("description: x\n", 1, None, "needs an 'id'"),
+        ("task: t\ntree: t.yaml\n", None, None, "a task file, not a tree file: its tree is the file its 'tree'"),
         ("id: root\noptions:\n- id: a\n  text: [1, 2]\n", 4, "a", "'text' must be text"),
         (
             "id: root\noptions:\n- id: a\n  kind: template\n  template: 'Order {order}'\n",

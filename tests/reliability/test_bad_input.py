@@ -213,6 +213,7 @@ def test_a_bad_task_file_is_one_line_naming_file_line_and_key(name: str, tmp_pat
     [
         ("task: t\nthresholds: {per_layer: [0.5], leaf: 0.5\n", 3, "YAML syntax error"),  # where the parser gave up
         ("- task: t\n", 1, "a task file is a mapping"),
+        ("id: root\noptions:\n- id: a\n  text: x\n", 1, "a tree file, not a task file"),
         ("", 1, "a task file is a mapping"),
     ],
 )
