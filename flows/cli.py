@@ -209,8 +209,10 @@ def feedback(
     def said() -> None:
         for failure in result["failed"]:  # as resolve-batch names its failed tickets
             warn("failed", failure)
-        line = f"applied {result['applied']}, unchanged {result['unchanged']}, failed {len(result['failed'])}"
-        line += f", bad lines {len(bad)}"
+        line = (
+            f"applied {result['applied']}, unchanged {result['unchanged']}, failed {len(result['failed'])}, "
+            f"bad lines {len(bad)}"
+        )
         if result.get("not_learned"):
             line += f"; memory did not learn {result['not_learned']} (the verdicts are stored: gil rebuild-memory)"
         console.print(line)

@@ -369,8 +369,8 @@ async def feedback_queue_flow(
             "asked about"
         )
         await acreate_table_artifact(rows, key=artifact_key(queue["task"], "feedback-queue"), description=description)
-    get_run_logger().info("feedback queue %s: %d of %d unconfirmed answers", queue["queue_id"], len(rows),
-                          queue["eligible"])  # fmt: skip
+    get_run_logger().info("feedback queue %s: %d of %d unconfirmed answers not yet asked about", queue["queue_id"],
+                          len(rows), queue["eligible"])  # fmt: skip
     if wait_for_verdicts and rows:
         verdicts = await answer_in_the_ui(queue, task_file, verdict_timeout, poll_seconds)
         if verdicts["applied"]:
