@@ -267,6 +267,7 @@ PUBLIC = {
     "gil_core.telemetry": [
         "CostWindow",
         "DeciderStats",
+        "MemoryRefusal",
         "ModeStats",
         "Stats",
         "compute_stats",

@@ -24,7 +24,15 @@ from gil_core.telemetry.sqlite import (
     export_sqlite,
     import_sqlite,
 )
-from gil_core.telemetry.stats import CostWindow, DeciderStats, ModeStats, Stats, compute_stats, wilson_bounds
+from gil_core.telemetry.stats import (
+    CostWindow,
+    DeciderStats,
+    MemoryRefusal,
+    ModeStats,
+    Stats,
+    compute_stats,
+    wilson_bounds,
+)
 from gil_core.telemetry.store import TelemetryStore
 
 __all__ = [
@@ -43,6 +51,7 @@ __all__ = [
     "ExportReport",
     "ExportRestrictedError",
     "ImportReport",
+    "MemoryRefusal",
     "ModeStats",
     "SqliteLayoutError",
     "Stats",

@@ -5,8 +5,8 @@ Kept below ``store``, which calls those readers: they take this protocol rather 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Protocol
 
 import polars as pl
 
@@ -20,6 +20,9 @@ class TableScanner(Protocol):
 
 
 class StatsSource(TableScanner, Protocol):
-    """A scanner that also lists the files its quarantine holds (``TelemetryStore.quarantined``)."""
+    """A scanner that also reads a few keys' rows (``only``) and lists the files its quarantine holds
+    (``TelemetryStore.quarantined``)."""
+
+    def scan(self, table: str, *, only: Mapping[str, Collection[Any]] | None = None) -> pl.LazyFrame: ...
 
     def quarantined(self) -> Sequence[QuarantinedFile]: ...

@@ -27,6 +27,7 @@ __all__ = [
     "CostWindow",
     "DeciderStats",
     "HabitTree",
+    "MemoryRefusal",
     "Misroute",
     "Misroutes",
     "ModeStats",
@@ -41,10 +42,16 @@ _HABIT_PREFIX = "habit/"
 # A failed lookup's recall carries an ``error`` string (nulls are left out of the JSON). Keys are the store's
 # fixed set and a quote inside a JSON string is always escaped, so this pattern matches the key and nothing
 # else; it is ~40× cheaper than parsing every recall (``json_path_match``) on a million traces. A hit a check
-# took back is no failure: it says why in ``refused``; rows written before that key (2026-12-07) said it in
-# ``error``, always after one of these words, and are not counted either. One pass: the group is "" for a
-# failure, the word for a take-back, null without an ``error``.
+# took back is no failure: it says why in ``refused``, after the check's word; rows written before that key
+# (2026-12-07) said it in ``error``, after the same words, and count as take-backs. One pass: the group is ""
+# for a failure, the word for an older take-back, null without an ``error``. The take-backs are few: their
+# check and source are read off them alone (``_refusals``).
 _RECALL_ERROR = r'"error"\s*:\s*"((?:guard|learned|verification failed): |)'
+_TAKEN_BACK = r'"(?:refused|error)"\s*:\s*"(guard: |learned: the log|learned: |verification failed: )'
+# The check's word, as stats name it (``MemoryRefusal.check``).
+_CHECKS = {"guard: ": "guard", "learned: the log": "memory cut", "learned: ": "learned judge",
+           "verification failed: ": "verification"}  # fmt: skip
+_SOURCE = r'"source"\s*:\s*"([^"]*)"'
 
 
 # -- the tree, as far as stats need it ----------------------------------------------------------------------
@@ -108,6 +115,23 @@ class DeciderStats:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryRefusal:
+    """The memory hits one check took back (``check``: ``guard``, ``memory cut`` read from the log, ``learned
+    judge``, ``verification`` that failed; ``other`` for a reason none of these gave).
+
+    ``judged``: those whose own confirmed answer and the remembered request's are both known (a verdict on each,
+    as the log says now); ``remembered_wrong``: of them, the ones whose remembered answer is not the confirmed
+    one, so that serving the hit would have been wrong; ``answered_right``: of them, the ones whose answer, found
+    the rest of the way, was confirmed."""
+
+    check: str
+    hits: int
+    judged: int
+    remembered_wrong: int
+    answered_right: int
+
+
+@dataclass(frozen=True, slots=True)
 class CostWindow:
     """``requests`` consecutive requests (in trace order) from position ``first`` (0-based) and their energy."""
 
@@ -160,6 +184,7 @@ class Stats:
     quarantined_rows: int = 0
     quarantined_uncounted: int = 0
     memory_not_learned: int = 0
+    memory_refused: tuple[MemoryRefusal, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready values (``gil stats --json``): the dataclass tree as dicts and lists."""
@@ -200,6 +225,13 @@ class Stats:
         if self.misroutes is not None:
             lines.append(f"misroutes: {self.misroutes.count:,} of {self.misroutes.checked:,} checked")
             lines += [f"  {item.node} ↛ {item.habit}: {item.count:,}" for item in self.misroutes.by_node]
+        if self.memory_refused:
+            lines.append(f"{'memory refused':<18}{'hits':>10}{'judged':>10}{'memory wrong':>14}{'answered right':>16}")
+            lines += [
+                f"{item.check:<18}{item.hits:>10,}{item.judged:>10,}{item.remembered_wrong:>14,}"
+                f"{item.answered_right:>16,}"
+                for item in self.memory_refused
+            ]
         if self.memory_not_learned:
             lines.append(
                 f"memory did not learn {self.memory_not_learned:,} verdict{'s' if self.memory_not_learned != 1 else ''}"
@@ -291,8 +323,14 @@ def compute_stats(
         store.scan("traces")
         .filter(pl.col("task") == task)
         .select(columns)
-        .with_columns(failed=(pl.col("recall").str.extract(_RECALL_ERROR, 1) == "").fill_null(False))
-        .drop("recall")
+        .with_columns(error=pl.col("recall").str.extract(_RECALL_ERROR, 1))
+        .with_columns(
+            failed=(pl.col("error") == "").fill_null(False),
+            taken_back=pl.when((pl.col("error") != "") | pl.col("recall").str.contains('"refused"', literal=True)).then(
+                pl.col("recall")
+            ),
+        )
+        .drop("recall", "error")
     )
     if tree is not None:
         scan = scan.with_columns(answer=confirmed_answer_expr()).drop("output", "feedback_correction")
@@ -301,10 +339,16 @@ def compute_stats(
     costs = frame.select("trace_id", "created_at", "energy")
     if pricing is not None:
         costs = _reprice(store, costs, pricing)
+    refusals = frame.filter(pl.col("taken_back").is_not_null()).select(
+        "trace_id",
+        check=pl.col("taken_back").str.extract(_TAKEN_BACK, 1).replace_strict(_CHECKS, default="other"),
+        source=pl.col("taken_back").str.extract(_SOURCE, 1),
+    )
     queries = [_modes(frame), _totals(frame), _windows(costs, window), _deciders(frame), _not_learned(store, task)]
+    queries.append(refusals)
     if tree is not None:
         queries += _misroutes(frame, tree)
-    modes, totals, windows, deciders, not_learned, *misroutes = pl.collect_all(queries)
+    modes, totals, windows, deciders, not_learned, refused, *misroutes = pl.collect_all(queries)
     quarantined = store.quarantined()
     requests, habits, memory, failures = totals.row(0)
     return Stats(
@@ -323,7 +367,37 @@ def compute_stats(
         quarantined_rows=sum(item.rows or 0 for item in quarantined),
         quarantined_uncounted=sum(item.rows is None for item in quarantined),
         memory_not_learned=not_learned.item(),
+        memory_refused=_refusals(store, task, refused),
     )
+
+
+def _refusals(store: StatsSource, task: str, refused: pl.DataFrame) -> tuple[MemoryRefusal, ...]:
+    """Per check, the hits it took back, and of those judged, how many the remembered answer would have got
+    wrong: the refused requests' and their remembered requests' confirmed answers, read for those keys only."""
+    if refused.is_empty():
+        return ()
+    keys = set(refused["trace_id"]) | {source for source in refused["source"] if source}
+    answers = (
+        store.scan("traces", only={"trace_id": keys})
+        .filter(pl.col("task") == task)
+        .select("trace_id", answer=confirmed_answer_expr(), right=pl.col("feedback_verdict") == "correct")
+        .collect()
+    )
+    remembered = answers.select(source="trace_id", remembered="answer")
+    judged = pl.col("answer").is_not_null() & pl.col("remembered").is_not_null()
+    rows = (
+        refused.join(answers, on="trace_id", how="left")
+        .join(remembered, on="source", how="left")
+        .group_by("check")
+        .agg(
+            hits=pl.len().cast(pl.Int64),
+            judged=judged.sum().cast(pl.Int64),
+            remembered_wrong=(judged & (pl.col("answer") != pl.col("remembered"))).sum().cast(pl.Int64),
+            answered_right=(judged & pl.col("right")).sum().cast(pl.Int64),
+        )
+        .sort(["hits", "check"], descending=[True, False])
+    )
+    return tuple(MemoryRefusal(**row) for row in rows.iter_rows(named=True))
 
 
 def _not_learned(store: TableScanner, task: str) -> pl.LazyFrame:

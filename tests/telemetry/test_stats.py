@@ -126,6 +126,41 @@ def test_a_hit_a_check_took_back_is_a_miss_not_a_memory_failure(store: Telemetry
     assert (stats.memory_rate, stats.memory_failures) == (0.0, 1)
 
 
+def test_hits_taken_back_are_counted_per_check_with_what_memory_would_have_served_and_what_was_served(
+    store: TelemetryStore,
+) -> None:
+    """Per check, the hits it took back; of those whose own and remembered answers are confirmed, how many the
+    remembered answer would have got wrong and how many the rest of the way got right. Rows that said it in
+    ``error`` (before ``refused``) count under their check; failed lookups and other tasks' rows do not."""
+    remembered = Recall(0.8, hit=True, source="t0", similarity=0.95, answer=REFUND, text="refund 5 for order 7")
+    guarded = HitGuard().screen(remembered, "refund 5 for order 8").to_json()
+    store.record_trace(trace(0, "habit/answer", "correct", output=REFUND))  # the remembered request
+    store.record_trace(trace(1, "habit/answer", "correct", output=INVOICE, recall=guarded))  # memory: wrong
+    store.record_trace(trace(2, "habit/answer", "correct", output=REFUND, recall=guarded))  # memory: right
+    learned = {**guarded, "refused": "learned: the learned judge serves invoice"}
+    store.record_trace(trace(3, "fallback", "wrong", output="Hello", feedback_correction=REFUND, recall=learned))
+    legacy = {**guarded, "refused": None, "error": "learned: the log shows memory below the task's precision"}
+    store.record_trace(trace(4, "habit/answer", recall=legacy))  # no verdict: not judged
+    gone = {**guarded, "source": "t99"}  # the remembered request's trace is not in the store: not judged
+    store.record_trace(trace(5, "habit/answer", "correct", output=RESET, recall=gone))
+    store.record_trace(trace(6, "fallback", recall={"threshold": 0.8, "hit": False, "error": "lance unavailable"}))
+    store.record_trace(trace(7, "habit/answer", "correct", output=INVOICE, recall=guarded, task="other"))
+    stats = store.stats("support", window=10)
+    assert [(r.check, r.hits, r.judged, r.remembered_wrong, r.answered_right) for r in stats.memory_refused] == [
+        ("guard", 3, 2, 1, 2),
+        ("learned judge", 1, 1, 0, 0),
+        ("memory cut", 1, 0, 0, 0),
+    ]
+    assert stats.memory_failures == 1
+    text = stats.render()
+    assert "memory refused" in text and "memory wrong" in text
+    assert [line.split() for line in text.splitlines() if line.startswith("guard")] == [["guard", "3", "2", "1", "2"]]
+    assert stats.to_json()["memory_refused"][0] == {
+        "check": "guard", "hits": 3, "judged": 2, "remembered_wrong": 1, "answered_right": 2
+    }  # fmt: skip
+    assert store.stats("nobody", window=10).memory_refused == ()
+
+
 def test_other_tasks_are_never_counted(store: TelemetryStore) -> None:
     store.record_trace(trace(0, "memory"))
     store.record_trace(trace(1, "memory", task="other"))
