@@ -119,8 +119,11 @@ def queue_command(
     def render() -> None:
         # Eligible: unconfirmed and not issued before (an answer is asked about once).
         shown = f"{len(queue.items)} of {queue.eligible} unconfirmed answers not yet asked about"
-        title = f"feedback queue for {queue.task}: {shown}"
-        table = Table(title=title)
+        console.print(f"feedback queue for {queue.task}: {shown}", highlight=False)
+        if not queue.items:
+            console.print("nothing to ask about: every answer has a verdict or has been asked about already")
+            return
+        table = Table()
         for column in ("trace", "request", "answer", "chosen", "why", "score"):
             table.add_column(column, justify="right" if column == "score" else "left", overflow="fold")
         for item in queue.items:
@@ -129,6 +132,6 @@ def queue_command(
                 item.trace_id, item.request, item.answer or "—", item.chosen_by, why, f"{item.teaching.score:.3f}"
             )
         console.print(table)
-        console.print(f"recorded as issued (queue {queue.queue_id})" if queue.items else "nothing to ask about")
+        console.print(f"recorded as issued (queue {queue.queue_id})")
 
     emit(data, as_json, render)

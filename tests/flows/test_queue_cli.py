@@ -65,6 +65,7 @@ def test_queue_cli_prints_json_and_records_the_queue_as_issued(tmp_path: Path) -
         done = runner.invoke(app, ["review", "queue", "-t", str(path)])  # every answer asked about: says so
         said = " ".join(done.stdout.split())
         assert "0 of 0 unconfirmed answers not yet asked about" in said and "nothing to ask about" in said, said
+        assert "┏" not in done.stdout  # no empty table
         refused = runner.invoke(app, ["review", "queue", "-t", str(path), "--random-share", "1.5"])
         assert refused.exit_code == 2 and "--random-share" in refused.output
 
