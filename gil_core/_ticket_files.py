@@ -6,6 +6,7 @@ being read into memory. A file that cannot be read at all (missing, a folder, no
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import sys
@@ -82,9 +83,10 @@ def iter_tickets(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> I
         if (
             not isinstance(row, dict)
             or not isinstance(row.get("id"), str | int)
+            or isinstance(row.get("id"), bool)
             or not isinstance(row.get("text"), str)
         ):
-            yield BadInput(where, 'a ticket needs "id" (string) and "text" (string)')
+            yield BadInput(where, 'a ticket needs "id" (a string or a whole number) and "text" (a string)')
             continue
         ticket = Ticket(str(row["id"]), row["text"])
         if not ticket.text.strip():
@@ -197,6 +199,8 @@ def _json_lines(path: Path, max_line_bytes: int) -> Iterator[tuple[str, Any]]:
                 _skip_rest_of_line(lines)
                 yield where, BadInput(where, f"the line is longer than {_cap(max_line_bytes)}")
                 continue
+            if number == 1 and raw.startswith(codecs.BOM_UTF8):  # written by editors and tools on Windows
+                raw = raw[len(codecs.BOM_UTF8) :]
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:

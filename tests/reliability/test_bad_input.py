@@ -4,6 +4,7 @@ well-defined outcome (a bad ticket or verdict is reported and the rest of the fi
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import re
@@ -17,7 +18,7 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from gil_core.batch import ticket_trace_id
+from gil_core.batch import Verdict, read_tickets, read_verdicts, ticket_trace_id
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import ScriptedOpenAIServer, ScriptedReply
 from tests.flows._support import write_task_file
@@ -409,3 +410,22 @@ def test_prompt_injection_never_yields_a_label_outside_the_shown_set_or_an_answe
         assert [(step["outcome"], step["chosen"]) for step in steps] == [("exit", None)]
         assert (trace["mode"], trace["output"]) == ("fallback", None)
         assert re.search(r"contract violated after 3 attempts", trace["failure"])
+
+
+def test_a_byte_order_mark_before_the_first_line_is_read_past_in_tickets_and_verdicts(tmp_path: Path) -> None:
+    """Editors and tools on Windows start UTF-8 files with a byte order mark; the first line still reads. A mark
+    anywhere else is the line's text, and a boolean is no ticket id."""
+    tickets = tmp_path / "tickets.jsonl"
+    tickets.write_bytes(
+        codecs.BOM_UTF8 + b'{"id": "a", "text": "where is my refund?"}\r\n'
+        b'{"id": true, "text": "a boolean id"}\r\n' + codecs.BOM_UTF8 + b'{"id": "c", "text": "x"}\r\n'
+    )
+    read, bad = read_tickets(tickets)
+    assert [(ticket.id, ticket.text) for ticket in read] == [("a", "where is my refund?")]
+    assert [str(item).split(": ", 1) for item in bad] == [
+        [f"{tickets}:2", 'a ticket needs "id" (a string or a whole number) and "text" (a string)'],
+        [f"{tickets}:3", "not JSON (Unexpected UTF-8 BOM (decode using utf-8-sig))"],
+    ]
+    verdicts = tmp_path / "verdicts.jsonl"
+    verdicts.write_bytes(codecs.BOM_UTF8 + b'{"trace_id": "t1", "correct": true}\n')
+    assert read_verdicts(verdicts) == ([Verdict("t1", True, None)], [])
