@@ -249,7 +249,13 @@ def demo(
             "so the learned reflex starts serving early."
         ),
     ] = 10,
-    fresh: Annotated[bool, typer.Option(help="Start from an empty demo store and memory.")] = True,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            help="Start from an empty demo store and memory. --no-fresh keeps them (what earlier runs taught) and "
+            "sends the tickets again as new ones."
+        ),
+    ] = True,
     as_json: JsonOption = False,
 ) -> None:
     """Run the bundled support tickets twice through the flows on the local models, with feedback between."""
@@ -260,8 +266,22 @@ def demo(
     loaded = task_file(chosen)
     paths = guarded(lambda: prepare(chosen, fresh=fresh))
     console.print(f"demo: {DEMO_TICKETS.name} through {loaded.task.tree.source} (task {loaded.task.name})")
+    if paths.run:
+        console.print(
+            f"demo: the store is kept ({paths.verdicts:,} verdicts in it); this run's tickets are new to it, their "
+            f"ids ending in {paths.run}"
+        )
     summary = run(
-        demo_flow(str(chosen), str(DEMO_TICKETS), str(DEMO_ANSWERS), str(paths.work), chunk=chunk, limit=limit)
+        demo_flow(
+            str(chosen),
+            str(DEMO_TICKETS),
+            str(DEMO_ANSWERS),
+            str(paths.work),
+            chunk=chunk,
+            limit=limit,
+            run=paths.run,
+            verdicts_before=paths.verdicts,
+        )
     )
 
     def render() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,10 @@ from flows.batch import apply_feedback_flow, resolve_batch_flow
 from flows.maintenance import fit_energy_flow
 from flows.review import local_folder
 from gil_core.errors import ConfigurationError
+from gil_core.learned import verdict_digest
 from gil_core.ontology.model import OptionKind
 from gil_core.taskfile import load_task_file
+from gil_core.telemetry import TelemetryStore
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_TASK_FILE = ROOT / "ontologies" / "support-task.yaml"
@@ -30,8 +33,14 @@ DEMO_ANSWERS = ROOT / "data" / "support_answers.jsonl"
 
 @dataclass(frozen=True)
 class DemoPaths:
+    """The demo's task file and working folder. ``run``: what this run adds to the tickets' ids ("" on a fresh
+    store; on a kept one, ``#`` and the time, so that its tickets are new to the store and resolved, not found
+    done), and ``verdicts``, how many the kept store held when the run began."""
+
     task_file: Path
     work: Path
+    run: str = ""
+    verdicts: int = 0
 
     def file(self, name: str) -> Path:
         return self.work / name
@@ -60,9 +69,18 @@ def verdicts_from_key(results: list[dict[str, Any]], answers: dict[str, str]) ->
 
 @flow(name="demo")
 async def demo_flow(
-    task_file: str, tickets: str, answers: str, work: str, chunk: int = 100, limit: int = 0
+    task_file: str,
+    tickets: str,
+    answers: str,
+    work: str,
+    chunk: int = 100,
+    limit: int = 0,
+    run: str = "",
+    verdicts_before: int = 0,
 ) -> dict[str, Any]:
-    """Pass 1 in chunks with feedback after each; pass 2 over the same tickets; then fit energy."""
+    """Pass 1 in chunks with feedback after each; pass 2 over the same tickets; then fit energy. ``run`` is added
+    to every ticket id (``DemoPaths.run``); ``verdicts_before``: the verdicts the store held before (then no miss
+    counts as "before any verdict")."""
     paths = DemoPaths(Path(task_file), Path(work))
     rows = _read_jsonl(Path(answers))
     key = {row["id"]: row["answer"] for row in rows}
@@ -72,8 +90,9 @@ async def demo_flow(
         all_tickets = all_tickets[:limit]
     passes: dict[str, list[dict[str, Any]]] = {"first": [], "second": []}
     plan = [("first", all_tickets[start : start + chunk], "") for start in range(0, len(all_tickets), chunk)]
-    first_chunk = {t["id"] for t in all_tickets[:chunk]}
-    plan.append(("second", all_tickets, "#again"))
+    first_chunk = set() if verdicts_before else {t["id"] for t in all_tickets[:chunk]}
+    plan = [(name, part, run + suffix) for name, part, suffix in plan]
+    plan.append(("second", all_tickets, run + "#again"))
     for number, (name, tickets_chunk, suffix) in enumerate(plan, start=1):
         batch = _write_jsonl(
             paths.file(f"tickets-{number}.jsonl"), [{"id": t["id"] + suffix, "text": t["text"]} for t in tickets_chunk]
@@ -134,7 +153,7 @@ def misses(
 
 def prepare(task_file: Path, *, fresh: bool) -> DemoPaths:
     """The demo's working folder beside its store; ``fresh`` starts from an empty store and memory (local folders
-    only: it never deletes objects from a bucket)."""
+    only: it never deletes objects from a bucket). A kept store gives this run's tickets ids of their own."""
     loaded = load_task_file(task_file)
     work = local_folder(loaded) / "demo-files"
     if fresh:
@@ -147,4 +166,7 @@ def prepare(task_file: Path, *, fresh: bool) -> DemoPaths:
         for folder in (loaded.store, loaded.memory, work):
             shutil.rmtree(folder, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    return DemoPaths(task_file, work)
+    if fresh:
+        return DemoPaths(task_file, work)
+    held = verdict_digest(TelemetryStore(loaded.store), loaded.task.name).verdicts
+    return DemoPaths(task_file, work, run=f"#{datetime.now(UTC):%Y%m%dT%H%M%S}", verdicts=held)

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
+from gil_core.telemetry import TelemetryStore
 from tests.flows._support import write_task_file
 from tests.resolver._support import Script, support_server
 
@@ -18,6 +19,8 @@ def test_the_demo_answers_the_second_pass_from_memory(tmp_path: Path) -> None:
     with support_server({}, default=Script(answers=["None of these"])) as server:
         task = write_task_file(tmp_path, server.base_url, memory_threshold=0.95)
         result = CliRunner().invoke(app, ["demo", "-t", str(task), "--limit", "6", "--chunk", "3", "--json"])
+        again = ["demo", "-t", str(task), "--limit", "3", "--chunk", "3", "--no-fresh", "--json"]
+        kept = CliRunner().invoke(app, again)
     assert result.exit_code == 0, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["first"]["requests"] == summary["second"]["requests"] == 6
@@ -26,3 +29,13 @@ def test_the_demo_answers_the_second_pass_from_memory(tmp_path: Path) -> None:
     missed = summary["first"]["misses"]
     wrong = round(6 * (1 - summary["first"]["accuracy"]))
     assert sum(missed.values()) == wrong and missed["before any verdict"] >= 1
+    # --no-fresh keeps what the first run taught and sends the tickets again as new ones: resolved, not found
+    # done (the first run's misses would come back), all from memory, and no miss is "before any verdict".
+    assert kept.exit_code == 0, kept.stderr
+    said = " ".join(kept.stdout.split())
+    assert "the store is kept (12 verdicts in it)" in said, said
+    second_run = json.loads(kept.stdout.strip().splitlines()[-1])
+    assert second_run["first"]["modes"] == {"memory": 3} and second_run["first"]["accuracy"] == 1.0
+    assert second_run["first"]["misses"]["before any verdict"] == 0
+    traces = TelemetryStore(tmp_path / "store").read("traces")
+    assert traces["trace_id"].n_unique() == 18  # two passes of 6 tickets and two of 3, each its own trace
