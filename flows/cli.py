@@ -268,8 +268,8 @@ def demo(
     console.print(f"demo: {DEMO_TICKETS.name} through {loaded.task.tree.source} (task {loaded.task.name})")
     if paths.run:
         console.print(
-            f"demo: the store is kept ({paths.verdicts:,} verdicts in it); this run's tickets are new to it, their "
-            f"ids ending in {paths.run}"
+            f"demo: the store is kept, with what earlier runs taught; this run's tickets are new to it, their ids "
+            f"ending in {paths.run}"
         )
     summary = run(
         demo_flow(
@@ -280,7 +280,6 @@ def demo(
             chunk=chunk,
             limit=limit,
             run=paths.run,
-            verdicts_before=paths.verdicts,
         )
     )
 

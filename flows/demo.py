@@ -35,12 +35,11 @@ DEMO_ANSWERS = ROOT / "data" / "support_answers.jsonl"
 class DemoPaths:
     """The demo's task file and working folder. ``run``: what this run adds to the tickets' ids ("" on a fresh
     store; on a kept one, ``#`` and the time, so that its tickets are new to the store and resolved, not found
-    done), and ``verdicts``, how many the kept store held when the run began."""
+    done)."""
 
     task_file: Path
     work: Path
     run: str = ""
-    verdicts: int = 0
 
     def file(self, name: str) -> Path:
         return self.work / name
@@ -76,11 +75,10 @@ async def demo_flow(
     chunk: int = 100,
     limit: int = 0,
     run: str = "",
-    verdicts_before: int = 0,
 ) -> dict[str, Any]:
     """Pass 1 in chunks with feedback after each; pass 2 over the same tickets; then fit energy. ``run`` is added
-    to every ticket id (``DemoPaths.run``); ``verdicts_before``: the verdicts the store held before (then no miss
-    counts as "before any verdict")."""
+    to every ticket id (``DemoPaths.run``); on a kept store that already held verdicts no miss counts as "before
+    any verdict"."""
     paths = DemoPaths(Path(task_file), Path(work))
     rows = _read_jsonl(Path(answers))
     key = {row["id"]: row["answer"] for row in rows}
@@ -90,7 +88,9 @@ async def demo_flow(
         all_tickets = all_tickets[:limit]
     passes: dict[str, list[dict[str, Any]]] = {"first": [], "second": []}
     plan = [("first", all_tickets[start : start + chunk], "") for start in range(0, len(all_tickets), chunk)]
-    first_chunk = set() if verdicts_before else {t["id"] for t in all_tickets[:chunk]}
+    loaded = load_task_file(task_file)
+    held = run != "" and verdict_digest(TelemetryStore(loaded.store), loaded.task.name).verdicts > 0
+    first_chunk = set() if held else {t["id"] for t in all_tickets[:chunk]}
     plan = [(name, part, run + suffix) for name, part, suffix in plan]
     plan.append(("second", all_tickets, run + "#again"))
     for number, (name, tickets_chunk, suffix) in enumerate(plan, start=1):
@@ -105,7 +105,7 @@ async def demo_flow(
         await apply_feedback_flow(str(paths.task_file), str(verdicts))
     await fit_energy_flow(str(paths.task_file))
     summary = {name: summarize(results, key) for name, results in passes.items()}
-    tree = load_task_file(task_file).task.tree
+    tree = loaded.task.tree
     procedures = {option.id for option, _ in tree.options() if option.kind is OptionKind.PROCEDURE}
     summary["first"]["misses"] = misses(passes["first"], key, options, first_chunk, procedures)
     return summary
@@ -166,7 +166,4 @@ def prepare(task_file: Path, *, fresh: bool) -> DemoPaths:
         for folder in (loaded.store, loaded.memory, work):
             shutil.rmtree(folder, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    if fresh:
-        return DemoPaths(task_file, work)
-    held = verdict_digest(TelemetryStore(loaded.store), loaded.task.name).verdicts
-    return DemoPaths(task_file, work, run=f"#{datetime.now(UTC):%Y%m%dT%H%M%S}", verdicts=held)
+    return DemoPaths(task_file, work, run="" if fresh else f"#{datetime.now(UTC):%Y%m%dT%H%M%S}")

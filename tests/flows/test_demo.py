@@ -33,7 +33,7 @@ def test_the_demo_answers_the_second_pass_from_memory(tmp_path: Path) -> None:
     # done (the first run's misses would come back), all from memory, and no miss is "before any verdict".
     assert kept.exit_code == 0, kept.stderr
     said = " ".join(kept.stdout.split())
-    assert "the store is kept (12 verdicts in it)" in said, said
+    assert "the store is kept, with what earlier runs taught" in said, said
     second_run = json.loads(kept.stdout.strip().splitlines()[-1])
     assert second_run["first"]["modes"] == {"memory": 3} and second_run["first"]["accuracy"] == 1.0
     assert second_run["first"]["misses"]["before any verdict"] == 0
