@@ -15,7 +15,7 @@ from dataclasses import replace
 from gil_core.diagnostics import MemoryOutcome
 from gil_core.errors import MemoryUnavailableError, ModelError
 from gil_core.feedback import Feedback
-from gil_core.learned import memory_configured, served_answer
+from gil_core.learned import memory_configured, served_answer, unlike_at_root
 from gil_core.memory import Memory, Recall
 from gil_core.memory.evidence import MemoryEvidence
 from gil_core.memory.guard import HitGuard, has_negation
@@ -25,6 +25,8 @@ from gil_core.wiring import Wiring
 __all__ = ["MemoryStep"]
 
 _GUARD = HitGuard()
+# A hit memory's lowered cut let through, for a request the learned judge finds unlike the confirmed ones.
+_UNLIKE = "learned: the log's lower memory cut holds for requests like the confirmed ones, and this one is unlike them"
 
 
 class MemoryStep:
@@ -97,16 +99,25 @@ class MemoryStep:
     async def _checked_by_learned(self, task: TaskDefinition, text: str, recall: Recall) -> Recall:
         """A memory hit the learned judge would overrule: where it would serve a whole walk to another answer
         than the remembered one (requests a word apart, "add milk to the list" and "check milk off the list",
-        look alike to an embedder), the hit is a miss that says why and the walk answers. Costs no model call:
-        the request's vector is the one memory just made."""
+        look alike to an embedder), the hit is a miss that says why and the walk answers. A hit below the task
+        file's memory cut, let through by the cut the log proved, is a miss too where the learned judge finds
+        the request unlike the confirmed ones at the root (its novelty cut, which keeps categories the tree does
+        not hold out) and the remembered answer is one of the tree's: the log's precision was measured on
+        requests like the confirmed ones ("none of these" stays: it is what such a request gets anyway). Costs
+        no model call: the request's vector is the one memory just made."""
         learner = self._parts.learner(task)
         try:
             state = await learner.serving_state(task)
             vector = await learner.request_vector(text)
         except ModelError:
             return recall
-        served, option = served_answer(state, task.tree, vector, negates=has_negation(text))
         answer = (recall.answer or "").strip()
+        configured = memory_configured(task)
+        lowered = configured is not None and recall.similarity is not None and recall.similarity < configured
+        if lowered and answer != task.language.none_of_these and unlike_at_root(state, task.tree, vector):
+            # The log proved the lowered cut on requests like the confirmed ones; this one is unlike them.
+            return replace(recall, hit=False, refused=_UNLIKE)
+        served, option = served_answer(state, task.tree, vector, negates=has_negation(text))
         remembered = None if answer == task.language.none_of_these else self._parts.answers(task).option_for(answer)
         if not served or (remembered is None and answer != task.language.none_of_these) or option == remembered:
             return recall

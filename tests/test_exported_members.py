@@ -258,6 +258,7 @@ PUBLIC = {
         "read_state",
         "read_unconfirmed",
         "served_answer",
+        "unlike_at_root",
         "stored_state",
         "task_key",
         "teaching_value",

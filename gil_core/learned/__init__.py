@@ -6,7 +6,7 @@ similarity cut is read from the same log (``gil_core.learned.memory_cut``). The 
 (``gil_core.learned.queue``) asks for the verdicts that would teach it most."""
 
 from gil_core.learned.fit import fit_state, node_rows, prior_texts
-from gil_core.learned.judge import LearnedJudge, LearnedJudgment, audited, served_answer
+from gil_core.learned.judge import LearnedJudge, LearnedJudgment, audited, served_answer, unlike_at_root
 from gil_core.learned.learner import (
     LearnedStateWarning,
     Learner,
@@ -73,6 +73,7 @@ __all__ = [
     "stored_state",
     "task_key",
     "teaching_value",
+    "unlike_at_root",
     "verdict_digest",
     "write_state",
 ]

@@ -270,6 +270,14 @@ def served_answer(
     return False, None
 
 
+def unlike_at_root(state: LearnedState, tree: Tree, vector: NDArray[np.float32]) -> bool:
+    """Whether the request is less like the confirmed requests of the class the root predicts it as than that
+    class's novelty cut (raised at the root so that categories the tree does not hold stay out): the check the
+    learned judge serves behind. False where the root has no model."""
+    model = state.nodes.get(tree.root.id)
+    return model is not None and model.unlike(model.predict(vector)) == "novel"
+
+
 def audited(trace_id: str, node_id: str, rate: float) -> bool:
     """Whether this node of this trace is one of the ``rate`` share audited: stable per trace and node."""
     if rate <= 0.0:

@@ -129,7 +129,7 @@ class NodeModel:
         where no confirmed request of that class did (the embedder barely sees "don't")."""
         if self.rule not in SERVING_RULES or self.cut is None:
             return "not_serving"
-        unlike = self._unlike(prediction, negates)
+        unlike = self.unlike(prediction, negates=negates)
         if unlike is not None:
             return unlike
         if prediction.confidence < self.cut:
@@ -147,9 +147,9 @@ class NodeModel:
         p_value = self.report.get("p_value")
         if p_value is None or float(p_value) >= SIGNIFICANCE:
             return False
-        return self._unlike(prediction, negates) is None
+        return self.unlike(prediction, negates=negates) is None
 
-    def _unlike(self, prediction: Prediction, negates: bool) -> Decision | None:
+    def unlike(self, prediction: Prediction, *, negates: bool = False) -> Decision | None:
         """ "negated" where the request negates and no confirmed request of its class did (the embedder barely
         sees "don't"), "novel" where it is less like that class's confirmed requests than its cut, else None."""
         if negates and self.negated[prediction.index] == 0:

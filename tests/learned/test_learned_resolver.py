@@ -12,11 +12,12 @@ import polars as pl
 import pytest
 
 from gil_core.batch import Ticket, resolve_batch, ticket_trace_id
-from gil_core.learned import LearnedStateWarning, read_learned_log, task_key
+from gil_core.learned import LearnedStateWarning, read_learned_log, task_key, unlike_at_root
 from gil_core.llm import OpenAICompatibleChatModel
 from gil_core.ontology import parse_tree
 from gil_core.ontology.files import dump_tree
 from gil_core.resolver import Resolver
+from gil_core.tasks import Resolution
 from gil_core.telemetry import TelemetryStore
 from tests._compacting import compacting
 from tests.learned._support import (
@@ -302,3 +303,44 @@ async def test_learned_refit_while_another_process_compacts_the_log_never_fails(
                     state = await learner.refresh(task, force=True)
                     assert state.fitted_on["verdicts"] == 41 + index
     assert sum(merged) > 0  # compactions really ran alongside
+
+
+async def test_a_hit_only_the_lowered_memory_cut_lets_through_is_refused_for_a_request_unlike_the_confirmed(
+    tmp_path: Path,
+) -> None:
+    """After 200 confirmed support requests the log proves memory right far below the configured 0.9, on requests
+    like those. Of the requests whose nearest entry lies between the two cuts (held-out support requests, and
+    requests of no category of the tree), a hit is refused, saying why, exactly where the learned judge finds the
+    request unlike the confirmed requests at the root and the remembered answer is one of the tree's; the others
+    are answered from memory. Both happen here."""
+    task = learned_task(memory_threshold=0.9, audit_rate=0.0)
+    off_topic = ["What's the weather tomorrow?", "Are you hiring?", "Can I pick up my order in a store?",
+                 "Do you ship to Mars?", "Can I order by phone?", "my parcel smells funny"]  # fmt: skip
+    seen: list[tuple[Resolution, bool]] = []
+    with bad_model() as server:
+        async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
+            resolver, _ = resolver_with_memory(chat, tmp_path)
+            learner = resolver.learner
+            assert learner is not None
+            await train(resolver, task, 200, chunk=40)
+            state = await learner.serving_state(task)
+            assert state.memory is not None and state.memory.rule == "proven"
+            cut = state.memory.cut
+            assert cut is not None and cut < 0.9
+            for text in off_topic + [example.text for example in support_stream()[200:300]]:
+                resolution = await resolver.resolve(task, text)
+                recall = resolution.recall
+                if recall is None or recall.similarity is None or not cut <= recall.similarity < 0.9:
+                    continue
+                unlike = unlike_at_root(state, task.tree, await learner.request_vector(text))
+                seen.append((resolution, unlike and recall.answer != task.language.none_of_these))
+    for resolution, refused in seen:
+        assert resolution.recall is not None
+        why = resolution.recall.refused or ""
+        if refused:
+            assert not resolution.recall.hit and resolution.mode != "memory"
+            assert why.startswith("learned: the log's lower memory cut holds"), why
+        else:
+            assert not why.startswith("learned: the log's lower memory cut holds"), why
+    assert {refused for _, refused in seen} == {True, False}
+    assert any(resolution.mode == "memory" for resolution, refused in seen if not refused)
