@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from flows._demo_files import DEMO_TASK_FILE, shown
 from gil_core.errors import GilError
 
 if TYPE_CHECKING:
@@ -71,6 +72,12 @@ def task_file(path: Path | None, **overrides: Any) -> TaskFile:
     from gil_core.taskfile import load_task_file
 
     chosen = path or Path(os.environ.get("GIL_TASK_FILE", "gil.yaml"))
+    if path is None and not chosen.exists():  # the default, where a newcomer has none yet: say how to give one
+        where = "$GIL_TASK_FILE" if "GIL_TASK_FILE" in os.environ else "the default"
+        raise fail(
+            f"{chosen}: no task file there ({where}); give one with --task-file/-t or $GIL_TASK_FILE "
+            f"(the demo's is {shown(DEMO_TASK_FILE)})"
+        )
     return guarded(lambda: load_task_file(chosen, **overrides))
 
 

@@ -260,7 +260,8 @@ def demo(
 ) -> None:
     """Run the bundled support tickets twice through the flows on the local models, with feedback between."""
     _prefect_environment()
-    from flows.demo import DEMO_ANSWERS, DEMO_TASK_FILE, DEMO_TICKETS, demo_flow, prepare
+    from flows._demo_files import DEMO_ANSWERS, DEMO_TASK_FILE, DEMO_TICKETS
+    from flows.demo import demo_flow, prepare
 
     chosen = task_file_path or DEMO_TASK_FILE
     loaded = task_file(chosen)

@@ -25,11 +25,6 @@ from gil_core.ontology.model import OptionKind
 from gil_core.taskfile import load_task_file
 from gil_core.telemetry import TelemetryStore
 
-ROOT = Path(__file__).resolve().parent.parent
-DEMO_TASK_FILE = ROOT / "ontologies" / "support-task.yaml"
-DEMO_TICKETS = ROOT / "data" / "support_tickets.jsonl"
-DEMO_ANSWERS = ROOT / "data" / "support_answers.jsonl"
-
 
 @dataclass(frozen=True)
 class DemoPaths:

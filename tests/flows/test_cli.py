@@ -273,3 +273,22 @@ def test_serve_takes_the_waits_of_the_review_rounds_and_the_feedback_queue() -> 
     assert "--decision-timeout" in result.output and "--verdict-timeout" in result.output
     refused = runner.invoke(app, ["serve", "--decision-timeout", "5"], env={"COLUMNS": "200"})
     assert refused.exit_code == 2 and "decision-timeout" in refused.output  # under a minute: refused at once
+
+
+def test_without_a_task_file_a_command_says_how_to_give_one_and_names_the_demo_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newcomer's first `gil stats` after `gil demo`, in a folder with no gil.yaml: one line saying so, how to
+    give a task file, and where the demo's is; the same when $GIL_TASK_FILE names a missing file."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GIL_TASK_FILE", raising=False)
+    code, _, stderr = invoke("stats")
+    said = " ".join(stderr.split())
+    assert code == 2 and "gil.yaml: no task file there (the default)" in said, said
+    assert "--task-file/-t or $GIL_TASK_FILE" in said and str(ROOT / "ontologies" / "support-task.yaml") in said
+    assert "Traceback" not in stderr
+    monkeypatch.setenv("GIL_TASK_FILE", "elsewhere.yaml")
+    code, _, stderr = invoke("review", "queue")
+    assert code == 2 and "elsewhere.yaml: no task file there ($GIL_TASK_FILE)" in " ".join(stderr.split())
+    code, _, stderr = invoke("stats", "-t", "given.yaml")  # a path given on the command line: as before
+    assert code == 2 and "given.yaml: cannot read the task file" in " ".join(stderr.split())
