@@ -260,7 +260,7 @@ def demo(
 ) -> None:
     """Run the bundled support tickets twice through the flows on the local models, with feedback between."""
     _prefect_environment()
-    from flows._demo_files import DEMO_ANSWERS, DEMO_TASK_FILE, DEMO_TICKETS
+    from flows._demo_files import DEMO_ANSWERS, DEMO_TASK_FILE, DEMO_TICKETS, shown
     from flows.demo import demo_flow, prepare
 
     chosen = task_file_path or DEMO_TASK_FILE
@@ -302,9 +302,10 @@ def demo(
         missed = summary["first"].get("misses", {})
         console.print("first pass, why the misses missed: " + ", ".join(f"{k} {v}" for k, v in missed.items()))
         stats(task_file_path=chosen, window=50, as_json=False)
+        store = loaded.store.resolve() if isinstance(loaded.store, Path) else loaded.store
         console.print(
-            f"Everything is in the store at {loaded.store}. The runs, logs and artifacts are in Prefect: "
-            f"run `gil ui` and open http://{UI_HOST}:{UI_PORT}/runs"
+            f"Everything is in the store at {store}: `gil stats -t {shown(Path(chosen))}` reads it again. The runs, "
+            f"logs and artifacts are in Prefect: run `gil ui` and open http://{UI_HOST}:{UI_PORT}/runs"
         )
 
     emit(summary, as_json, render)

@@ -161,4 +161,4 @@ def prepare(task_file: Path, *, fresh: bool) -> DemoPaths:
         for folder in (loaded.store, loaded.memory, work):
             shutil.rmtree(folder, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    return DemoPaths(task_file, work, run="" if fresh else f"#{datetime.now(UTC):%Y%m%dT%H%M%S}")
+    return DemoPaths(task_file, work, run="" if fresh else f"#{datetime.now(UTC):%Y%m%dT%H%M%S.%f}")

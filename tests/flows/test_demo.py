@@ -21,6 +21,7 @@ def test_the_demo_answers_the_second_pass_from_memory(tmp_path: Path) -> None:
         result = CliRunner().invoke(app, ["demo", "-t", str(task), "--limit", "6", "--chunk", "3", "--json"])
         again = ["demo", "-t", str(task), "--limit", "3", "--chunk", "3", "--no-fresh", "--json"]
         kept = CliRunner().invoke(app, again)
+        shown = CliRunner().invoke(app, ["demo", "-t", str(task), "--limit", "1", "--chunk", "1", "--no-fresh"])
     assert result.exit_code == 0, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["first"]["requests"] == summary["second"]["requests"] == 6
@@ -38,4 +39,8 @@ def test_the_demo_answers_the_second_pass_from_memory(tmp_path: Path) -> None:
     assert second_run["first"]["modes"] == {"memory": 3} and second_run["first"]["accuracy"] == 1.0
     assert second_run["first"]["misses"]["before any verdict"] == 0
     traces = TelemetryStore(tmp_path / "store").read("traces")
-    assert traces["trace_id"].n_unique() == 18  # two passes of 6 tickets and two of 3, each its own trace
+    assert traces["trace_id"].n_unique() == 20  # two passes of 6 tickets, two of 3 and two of 1: a trace each
+    # Printed for a person: where the store is (resolved) and how to read it again.
+    said = " ".join(shown.stdout.split())
+    assert shown.exit_code == 0 and f"Everything is in the store at {(tmp_path / 'store').resolve()}:" in said, said
+    assert f"`gil stats -t {task}` reads it again" in said, said
