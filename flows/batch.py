@@ -33,7 +33,7 @@ from gil_core.batch_feedback import apply_verdicts
 from gil_core.batch_lock import WAIT_SECONDS, hold_batch_turn_async, skipped_batch
 from gil_core.batch_scope import new_batch_id
 from gil_core.batch_workers import model_endpoints, share_client_budget
-from gil_core.reporting import decider_table, savings_markdown, stats_markdown, stats_table
+from gil_core.reporting import decider_table, refusal_table, savings_markdown, stats_markdown, stats_table
 from gil_core.runtime import open_runtime
 from gil_core.savings_plot import savings_markdown_image
 from gil_core.taskfile import load_task_file
@@ -221,6 +221,12 @@ async def publish_stats(task_file: str, window: int = 50) -> str:
     await acreate_table_artifact(
         decider_table(stats), key=f"{key}-deciders", description="Who settled the requests: share, accuracy, energy"
     )
+    if stats.memory_refused:
+        await acreate_table_artifact(
+            refusal_table(stats),
+            key=f"{key}-memory-refused",
+            description="Memory hits a check took back: judged, memory wrong, answered right instead",
+        )
     markdown = stats_markdown(stats)
     await acreate_markdown_artifact(markdown, key=f"{key}-cost", description="Cost per request, by window")
     savings = compute_savings(store, loaded.task.name)

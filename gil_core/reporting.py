@@ -12,7 +12,15 @@ from gil_core.telemetry import Stats
 from gil_core.telemetry.savings import Savings
 from gil_core.telemetry.schemas import DECIDERS
 
-__all__ = ["decider_table", "learned_markdown", "next_judge_words", "savings_markdown", "stats_markdown", "stats_table"]
+__all__ = [
+    "decider_table",
+    "learned_markdown",
+    "next_judge_words",
+    "refusal_table",
+    "savings_markdown",
+    "stats_markdown",
+    "stats_table",
+]
 
 _BAR = 40
 
@@ -28,6 +36,13 @@ def decider_table(stats: Stats) -> list[dict[str, Any]]:
     95% interval, energy per request."""
     rows: list[dict[str, Any]] = stats.to_json()["deciders"]
     return [{key: round(value, 4) if isinstance(value, float) else value for key, value in row.items()} for row in rows]
+
+
+def refusal_table(stats: Stats) -> list[dict[str, Any]]:
+    """One row per check that took memory hits back (``Stats.memory_refused``): the hits, how many were judged,
+    how many memory would have got wrong, how many the rest of the way got right."""
+    rows: list[dict[str, Any]] = stats.to_json()["memory_refused"]
+    return rows
 
 
 def stats_markdown(stats: Stats) -> str:

@@ -81,3 +81,39 @@ async def test_a_promotion_round_on_a_task_with_no_requests_yet_proposes_nothing
         howto = max((a for a in await client.read_artifacts() if a.key == "support-promotion-howto"),
                     key=lambda artifact: artifact.created.timestamp() if artifact.created else 0.0)  # fmt: skip
     assert "nothing proposed yet" in str(howto.data) and "got 0" in str(howto.data)
+
+
+@pytest.mark.usefixtures("prefect_harness")
+async def test_memory_hits_the_guard_took_back_are_a_table_artifact_of_the_batch(tmp_path: Path) -> None:
+    """An answer naming order 7 confirmed (a correction) for a request about order 7; the same request about
+    order 8 is a memory hit the guard refuses. The stats the batch publishes hold a table of it: the guard's hit,
+    judged once its verdict is in, memory wrong there (it would have served the answer about order 7), the
+    tree's answer right."""
+    from prefect.client.orchestration import get_client
+
+    from flows.batch import apply_feedback_flow, resolve_batch_flow
+
+    first, second = "refund for order 7 please", "refund for order 8 please"
+    scripts = {text: Script(route=["billing", "refund status"]) for text in (first, second)}
+    with support_server(scripts, default=Script(answers=["None of these"])) as server:
+        task = str(write_task_file(tmp_path, server.base_url, memory_threshold=0.5, memory_guard=True))
+        tickets, verdicts = tmp_path / "tickets.jsonl", tmp_path / "verdicts.jsonl"
+        results = []
+        for number, text in enumerate((first, second)):
+            tickets.write_text(json.dumps({"id": f"t{number}", "text": text}) + "\n")
+            out = tmp_path / f"results-{number}.jsonl"
+            await resolve_batch_flow(task, str(tickets), out=str(out))
+            (result,) = [json.loads(line) for line in out.read_text().splitlines()]
+            results.append(result)
+            given = {"trace_id": result["trace_id"], "correct": True}
+            if number == 0:
+                given = {**given, "correct": False, "correction": "The refund for order 7 was sent."}
+            verdicts.write_text(json.dumps(given) + "\n")
+            await apply_feedback_flow(task, str(verdicts))
+        assert results[1]["mode"] != "memory"
+        await resolve_batch_flow(task, str(tickets), out=str(tmp_path / "again.jsonl"))  # publishes stats again
+    async with get_client() as client:
+        artifacts = [a for a in await client.read_artifacts() if a.key == "support-stats-memory-refused"]
+    newest = max(artifacts, key=lambda artifact: artifact.created)  # the harness keeps other runs' versions
+    rows = json.loads(newest.data) if isinstance(newest.data, str) else newest.data
+    assert rows == [{"check": "guard", "hits": 1, "judged": 1, "remembered_wrong": 1, "answered_right": 1}]
