@@ -88,6 +88,19 @@ def rule_evidence(
     return _Evidence(rows, rows_from, pairs, pairs_from, [item for item in logged if item.node_id == node_id])
 
 
+def served_share(
+    classes: Sequence[str | None], own: Sequence[Logged], cut: float, novelty_cuts: NDArray[np.float64]
+) -> float:
+    """The share of a node's logged predictions its rule would serve now: at or above the confidence ``cut`` and
+    as like the confirmed requests of their class as its novelty cut (the node's reported coverage)."""
+    index = {choice_id: position for position, choice_id in enumerate(classes)}
+    served = sum(
+        item.confidence >= cut and item.near is not None and item.near >= float(novelty_cuts[index.get(item.choice, 0)])
+        for item in own
+    )
+    return served / len(own)
+
+
 def with_rule(
     model: NodeModel,
     *,
@@ -102,14 +115,7 @@ def with_rule(
     choice = choose_rule(logged.rows, logged.pairs, threshold=threshold, target=target)
     coverage = None
     if choice.rule is not None and choice.cut is not None and own:
-        index = {choice_id: position for position, choice_id in enumerate(model.classes)}
-        served = [
-            item.confidence >= choice.cut
-            and item.near is not None
-            and item.near >= novelty_cuts[index.get(item.choice, 0)]
-            for item in own
-        ]
-        coverage = sum(served) / len(own)
+        coverage = served_share(model.classes, own, choice.cut, novelty_cuts)
     rule: Rule
     if choice.rule is not None:
         rule = choice.rule

@@ -13,6 +13,7 @@ import pytest
 
 from gil_core.batch import Ticket, resolve_batch, ticket_trace_id
 from gil_core.learned import LearnedStateWarning, read_learned_log, task_key, unlike_at_root
+from gil_core.learned.rules import served_share
 from gil_core.llm import OpenAICompatibleChatModel
 from gil_core.ontology import parse_tree
 from gil_core.ontology.files import dump_tree
@@ -344,3 +345,24 @@ async def test_a_hit_only_the_lowered_memory_cut_lets_through_is_refused_for_a_r
             assert not why.startswith("learned: the log's lower memory cut holds"), why
     assert {refused for _, refused in seen} == {True, False}
     assert any(resolution.mode == "memory" for resolution, refused in seen if not refused)
+
+
+async def test_the_root_reports_the_cuts_it_serves_by_once_categories_left_out_raised_them(tmp_path: Path) -> None:
+    """The guard for categories the tree does not hold raises the root's novelty cuts after its rule is chosen.
+    What the root reports (``gil fit-reflex``: novelty cuts, coverage) is what it serves by: the raised cuts, and
+    the share of its logged predictions served at them (it reported the cuts and coverage from before)."""
+    task = learned_task(audit_rate=0.0)
+    with bad_model() as server:
+        async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
+            resolver = Resolver(chat, TelemetryStore(tmp_path / "store"), reflex_embedder=embedder())
+            await train(resolver, task, 200, chunk=40)
+            state = await resolver.learner.refresh(task, force=True)  # type: ignore[union-attr]
+    root = state.nodes["root"]
+    floor = root.report["unseen"]["near_cut"]
+    cuts = [float(cut) for cut in root.novelty_cuts if not np.isnan(cut)]
+    assert root.serving and floor > -1.0 and min(cuts) >= floor and floor in cuts  # raised to the floor
+    assert root.report["novelty_cuts"] == [None if np.isnan(cut) else float(cut) for cut in root.novelty_cuts]
+    log = read_learned_log(resolver.store, "support", task.tree, none_text=NONE, embedder=embedder().name)
+    own = [item for item in log.logged if item.node_id == "root"]
+    assert root.cut is not None
+    assert root.report["coverage"] == pytest.approx(served_share(root.classes, own, root.cut, root.novelty_cuts))
