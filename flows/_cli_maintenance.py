@@ -92,6 +92,24 @@ def _learned_table(nodes: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _withheld_lines(nodes: list[dict[str, Any]]) -> list[str]:
+    """Per serving node, what its cuts keep from being served among its logged predictions, and how many of those
+    the learned choice had right (what each cut costs); nothing when no node keeps anything back."""
+    lines = []
+    for row in nodes:
+        kept = row.get("withheld") or {}
+        parts = [
+            f"{words} {count:,} ({right:,} right)"
+            for key, words in (("novel", "unlike the confirmed"), ("below_cut", "below the cut"))
+            for count, right in [kept.get(key, (0, 0))]
+            if count
+        ]
+        if parts:
+            lines.append(f"  {row['node']}: " + ", ".join(parts))
+    title = "withheld by the cuts among the logged predictions (how many the learned choice had right):"
+    return [title, *lines] if lines else []
+
+
 def fit_reflex_command(task_file_path: TaskFileOption = None, as_json: JsonOption = False) -> None:
     """Refit the learned reflex from the log and print, per node, its rows, classes, the rule that lets it serve
     (proven, better than the LLM, withdrawn or learning), the cut, and precision and coverage at the cut; then
@@ -115,6 +133,8 @@ def fit_reflex_command(task_file_path: TaskFileOption = None, as_json: JsonOptio
 
     def render() -> None:
         console.print(_learned_table(nodes))
+        for line in _withheld_lines(nodes):
+            console.print(line, highlight=False)
         if state.memory is not None:
             console.print(state.memory.describe(), highlight=False)
         if state.generation is not None:

@@ -342,6 +342,7 @@ def describe_nodes(state: LearnedState) -> list[dict[str, Any]]:
                 "novelty_cuts": report.get("novelty_cuts"),
                 "asks_next_judge": model.asks_next_judge,
                 "next_judge": report.get("next_judge"),
+                "withheld": report.get("withheld"),
             }
         )
     return rows

@@ -94,11 +94,32 @@ def served_share(
     """The share of a node's logged predictions its rule would serve now: at or above the confidence ``cut`` and
     as like the confirmed requests of their class as its novelty cut (the node's reported coverage)."""
     index = {choice_id: position for position, choice_id in enumerate(classes)}
-    served = sum(
-        item.confidence >= cut and item.near is not None and item.near >= float(novelty_cuts[index.get(item.choice, 0)])
-        for item in own
-    )
-    return served / len(own)
+    return sum(_kept_by(item, index, cut, novelty_cuts) is None for item in own) / len(own)
+
+
+def withheld(
+    classes: Sequence[str | None], own: Sequence[Logged], cut: float, novelty_cuts: NDArray[np.float64]
+) -> dict[str, list[int]]:
+    """Of a node's logged predictions its rule would not serve now, per reason (``novel``: unlike the confirmed
+    requests of their class; ``below_cut``: under the confidence cut), how many, and how many of those the
+    learned choice had right: what each cut costs (``gil fit-reflex``)."""
+    index = {choice_id: position for position, choice_id in enumerate(classes)}
+    counts = {"novel": [0, 0], "below_cut": [0, 0]}
+    for item in own:
+        reason = _kept_by(item, index, cut, novelty_cuts)
+        if reason is not None:
+            counts[reason][0] += 1
+            counts[reason][1] += int(item.right)
+    return counts
+
+
+def _kept_by(
+    item: Logged, index: Mapping[str | None, int], cut: float, novelty_cuts: NDArray[np.float64]
+) -> str | None:
+    """Why the rule would not serve ``item`` now (None: it would), the novelty check first, as serving does."""
+    if item.near is None or item.near < float(novelty_cuts[index.get(item.choice, 0)]):
+        return "novel"
+    return "below_cut" if item.confidence < cut else None
 
 
 def with_rule(

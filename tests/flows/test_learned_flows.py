@@ -172,6 +172,13 @@ async def test_learned_gil_fit_reflex_and_stats_name_each_nodes_rule(tmp_path: P
         line = next(line for line in lines if line.lstrip("│┃ ").startswith(f"{node} "))
         figures = [row[key] for key in ("cut", "precision", "lower_bound", "coverage") if row[key] is not None]
         assert figures and all(f"{figure:.3f}" in line for figure in figures), line
+    # What each serving node's cuts kept back, as --json counts it, printed a line a node.
+    kept = {node: row["withheld"] for node, row in nodes.items() if row["withheld"] and row["withheld"]["novel"][0]}
+    assert kept, "no node kept anything back: the lines below are not shown"
+    assert "withheld by the cuts among the logged predictions" in piped.stdout
+    for node, counts in kept.items():
+        line = next(line for line in lines if line.startswith(f"  {node}: "))
+        assert f"unlike the confirmed {counts['novel'][0]} ({counts['novel'][1]} right)" in line, line
     (tmp_path / "plain").mkdir()
     refused = _gil("fit-reflex", "-t", str(write_task_file(tmp_path / "plain", "http://127.0.0.1:9/v1")))
     assert refused.returncode == 2 and "no learned_reflex" in refused.stderr

@@ -349,8 +349,9 @@ async def test_a_hit_only_the_lowered_memory_cut_lets_through_is_refused_for_a_r
 
 async def test_the_root_reports_the_cuts_it_serves_by_once_categories_left_out_raised_them(tmp_path: Path) -> None:
     """The guard for categories the tree does not hold raises the root's novelty cuts after its rule is chosen.
-    What the root reports (``gil fit-reflex``: novelty cuts, coverage) is what it serves by: the raised cuts, and
-    the share of its logged predictions served at them (it reported the cuts and coverage from before)."""
+    What the root reports (``gil fit-reflex``: novelty cuts, coverage, what its cuts withhold) is what it serves
+    by: the raised cuts, and its logged predictions served or withheld at them (it reported the cuts and coverage
+    from before)."""
     task = learned_task(audit_rate=0.0)
     with bad_model() as server:
         async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
@@ -366,3 +367,10 @@ async def test_the_root_reports_the_cuts_it_serves_by_once_categories_left_out_r
     own = [item for item in log.logged if item.node_id == "root"]
     assert root.cut is not None
     assert root.report["coverage"] == pytest.approx(served_share(root.classes, own, root.cut, root.novelty_cuts))
+    # What its cuts keep back, as it serves now: with what it serves, every logged prediction once; and of those
+    # kept back for being unlike the confirmed, how many the learned choice had right.
+    kept = root.report["withheld"]
+    assert kept["novel"][0] + kept["below_cut"][0] + round(root.report["coverage"] * len(own)) == len(own)
+    cut_of = dict(zip(root.classes, root.novelty_cuts, strict=True))
+    novel = [item for item in own if item.near is None or item.near < cut_of[item.choice]]
+    assert kept["novel"] == [len(novel), sum(item.right for item in novel)] and kept["novel"][0] > 0
