@@ -82,12 +82,11 @@ async def demo_flow(
     if limit:
         all_tickets = all_tickets[:limit]
     passes: dict[str, list[dict[str, Any]]] = {"first": [], "second": []}
-    plan = [("first", all_tickets[start : start + chunk], "") for start in range(0, len(all_tickets), chunk)]
+    plan = [("first", all_tickets[start : start + chunk], run) for start in range(0, len(all_tickets), chunk)]
+    plan.append(("second", all_tickets, run + "#again"))
     loaded = load_task_file(task_file)
     held = run != "" and verdict_digest(TelemetryStore(loaded.store), loaded.task.name).verdicts > 0
     first_chunk = set() if held else {t["id"] for t in all_tickets[:chunk]}
-    plan = [(name, part, run + suffix) for name, part, suffix in plan]
-    plan.append(("second", all_tickets, run + "#again"))
     for number, (name, tickets_chunk, suffix) in enumerate(plan, start=1):
         batch = _write_jsonl(
             paths.file(f"tickets-{number}.jsonl"), [{"id": t["id"] + suffix, "text": t["text"]} for t in tickets_chunk]

@@ -25,7 +25,7 @@ import functools
 import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
 
 import numpy as np
@@ -37,7 +37,7 @@ from gil_core.learned.generation_floor import fit_generation_floor
 from gil_core.learned.log import LearnedLog, confirmed_path
 from gil_core.learned.memory_cut import fit_memory_cut
 from gil_core.learned.novelty import Unseen, left_out_requests, novelty_cuts, prequential_nearest, with_unseen
-from gil_core.learned.rules import rule_evidence, with_next_judge, with_rule, withheld
+from gil_core.learned.rules import reported_at_cuts, rule_evidence, with_next_judge, with_rule
 from gil_core.learned.state import LearnedState, NodeModel
 from gil_core.ontology.model import Node, Option, Tree
 from gil_core.tasks import LearnedPolicy
@@ -206,10 +206,7 @@ def fit_state(
             previous=previous.nodes.get(node_id) if previous is not None else None,
         )
         judged = with_unseen(judged, unseen if node_id == tree.root.id else None, evidence, policy)
-        if judged.cut is not None:  # what each of its cuts keeps from being served, as it serves now
-            own = [item for item in evidence if item.node_id == node_id]
-            kept = withheld(judged.classes, own, judged.cut, judged.novelty_cuts)
-            judged = replace(judged, report={**judged.report, "withheld": kept})
+        judged = reported_at_cuts(judged, evidence)
         nodes[node_id] = with_next_judge(judged, evidence, layers, policy)
         measured = judged.report.get("precision")
         reached[node_id] = float(measured) if judged.serving and measured is not None else target

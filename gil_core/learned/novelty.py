@@ -25,7 +25,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gil_core.learned.log import Logged
-from gil_core.learned.rules import served_share
 from gil_core.learned.state import NodeModel
 from gil_core.tasks import LearnedPolicy
 
@@ -173,11 +172,10 @@ def with_unseen(model: NodeModel, unseen: Unseen | None, logged: Sequence[Logged
         report["unseen"] = {"served": None, "note": "no cut keeps left-out categories out"}
         return replace(model, rule="withdrawn" if model.rule != "learning" else model.rule, cut=None, report=report)
     _, level, floor = best
-    cut = max(model.cut, level)
-    raised = np.where(np.isnan(model.novelty_cuts), np.nan, np.maximum(model.novelty_cuts, floor))
     report["unseen"] = {"confidence_cut": level, "near_cut": floor, "left_out": len(unseen.confidence)}
-    # What the node reports is what it serves by now: the raised cuts, and its coverage at them.
-    report["novelty_cuts"] = [None if math.isnan(value) else float(value) for value in raised]
-    report["coverage"] = served_share(model.classes, [item for item in logged if item.node_id == model.node_id],
-                                      cut, raised)  # fmt: skip
-    return replace(model, cut=cut, novelty_cuts=raised, report=report)
+    return replace(
+        model,
+        cut=max(model.cut, level),
+        novelty_cuts=np.where(np.isnan(model.novelty_cuts), np.nan, np.maximum(model.novelty_cuts, floor)),
+        report=report,
+    )

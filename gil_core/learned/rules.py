@@ -113,6 +113,24 @@ def withheld(
     return counts
 
 
+def reported_at_cuts(model: NodeModel, logged: Sequence[Logged]) -> NodeModel:
+    """A serving node's report as it serves now, once every step that moves its cuts has run (the guard for
+    categories the tree does not hold raises the root's after its rule is chosen): its novelty cuts, its coverage
+    and what its cuts withhold (``withheld``), all at those cuts."""
+    if model.cut is None:
+        return model
+    own = [item for item in logged if item.node_id == model.node_id]
+    kept = withheld(model.classes, own, model.cut, model.novelty_cuts)
+    report = {
+        **model.report,
+        "novelty_cuts": [None if math.isnan(value) else float(value) for value in model.novelty_cuts],
+        "withheld": kept,
+    }
+    if own:  # the share served, as ``served_share`` counts it
+        report["coverage"] = (len(own) - kept["novel"][0] - kept["below_cut"][0]) / len(own)
+    return replace(model, report=report)
+
+
 def _kept_by(
     item: Logged, index: Mapping[str | None, int], cut: float, novelty_cuts: NDArray[np.float64]
 ) -> str | None:

@@ -344,8 +344,9 @@ def compute_stats(
         check=pl.col("taken_back").str.extract(_TAKEN_BACK, 1).replace_strict(_CHECKS, default="other"),
         source=pl.col("taken_back").str.extract(_SOURCE, 1),
     )
-    queries = [_modes(frame), _totals(frame), _windows(costs, window), _deciders(frame), _not_learned(store, task)]
-    queries.append(refusals)
+    queries = [
+        _modes(frame), _totals(frame), _windows(costs, window), _deciders(frame), _not_learned(store, task), refusals
+    ]  # fmt: skip
     if tree is not None:
         queries += _misroutes(frame, tree)
     modes, totals, windows, deciders, not_learned, refused, *misroutes = pl.collect_all(queries)
