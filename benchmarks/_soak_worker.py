@@ -27,6 +27,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+import polars as pl
+
 from benchmarks import _soak_ablations
 from benchmarks._proc_maps import mappings
 from gil_core.batch import Ticket, Verdict, resolve_batch, ticket_trace_id
@@ -205,8 +207,12 @@ def process_sample() -> dict[str, Any]:
     }
 
 
-SETTLE_POLL_S, SETTLE_QUIET_S, SETTLE_MAX_S = 0.25, 3.0, 15.0
+SETTLE_POLL_S, SETTLE_QUIET_S, SETTLE_MAX_S = 0.25, 3.0, 20.0
 SETTLE_FALL_BYTES = 64 * 1024
+# The libraries' own idle clocks, both 10 s by default: tokio ends a blocking I/O thread idle that long (Polars'
+# and LanceDB's runtimes start them per read and let them go), and jemalloc (Polars') gives back freed pages over
+# that decay time. A sample taken sooner counts the threads and pages of the round just done as if they stayed.
+SETTLE_AT_LEAST_S = 11.0
 
 
 def _status() -> dict[str, str]:
@@ -226,8 +232,9 @@ def settled_rss() -> dict[str, float]:
     after it, the first 1 to 2 s after (twelve lookups of 200 traces in a 10,000-trace table left +7.6 MiB resident
     at once and +0.5 MiB three seconds later), so a sample taken the moment a round ends counts pages already on
     their way back, and a second without a fall does not yet say they are all back. Polls every
-    ``SETTLE_POLL_S`` until the RSS has fallen by less than ``SETTLE_FALL_BYTES`` over ``SETTLE_QUIET_S``, for at
-    most ``SETTLE_MAX_S``; nothing else runs in the process meanwhile."""
+    ``SETTLE_POLL_S`` until the RSS has fallen by less than ``SETTLE_FALL_BYTES`` over ``SETTLE_QUIET_S``, and no
+    sooner than ``SETTLE_AT_LEAST_S`` (the libraries' idle clocks), for at most ``SETTLE_MAX_S``; nothing else runs
+    in the process meanwhile. The threads alive then are in ``threads``."""
     started = time.monotonic()
     readings = [(started, _resident(_status()))]
     while True:
@@ -236,8 +243,9 @@ def settled_rss() -> dict[str, float]:
         readings.append((now, _resident(_status())))
         quiet = [reading for at, reading in readings if at <= now - SETTLE_QUIET_S]
         settled = bool(quiet) and quiet[-1]["rss"] - readings[-1][1]["rss"] < SETTLE_FALL_BYTES
-        if settled or now - started >= SETTLE_MAX_S:
-            return {**readings[-1][1], "settle_s": round(now - started, 3)}
+        if (settled and now - started >= SETTLE_AT_LEAST_S) or now - started >= SETTLE_MAX_S:
+            threads = int(_status()["Threads"])
+            return {**readings[-1][1], "settle_s": round(now - started, 3), "threads": threads}
 
 
 async def _rerun_until_done(start: Callable[[], Awaitable[_T]], attempts: int = 5) -> tuple[_T, list[str]]:
@@ -253,6 +261,37 @@ async def _rerun_until_done(start: Callable[[], Awaitable[_T]], attempts: int = 
                 raise
 
 
+def warm_read_plans() -> list[bool]:
+    """Run once each plan ``TelemetryStore`` reads a keyed table by (``gil_core.telemetry._files.plan``, with the
+    key filter a batch's and a verdict's reads use), over a scratch folder of three small traces files: in write
+    order, a compacted file with files appended after it, and out of write order, which a compaction racing a
+    slow append leaves until the next compaction. The first read of each pages in library code once per process
+    (about 2 MiB of Polars' streaming engine: RELIABILITY.md, "Findings", the late code named). A soak process
+    meets the last only when that race happens, at any round or never, so its warm-up runs them all. Whether each
+    listing read was in write order (the plan it took: the anti-join, the sort, plain files)."""
+    from gil_core.storage import LocalFolder
+    from gil_core.telemetry._files import COMPACTED_SUFFIX, SEQ, SUFFIX, Compacted, file_name, in_write_order, plan
+    from gil_core.telemetry.schemas import DTYPES
+
+    dtypes = DTYPES["traces"]
+    with tempfile.TemporaryDirectory(prefix="gil-soak-warm-") as scratch:
+        folder = LocalFolder(Path(scratch))
+        names = []
+        for seq in (1, 2, 3):
+            columns = [pl.Series(name, [None, None], dtype) for name, dtype in dtypes.items() if name != "trace_id"]
+            frame = pl.DataFrame([pl.Series("trace_id", [f"t{seq}", "t0"]), *columns])
+            name = file_name(seq, COMPACTED_SUFFIX if seq == 1 else SUFFIX)
+            frame.with_columns(pl.lit(seq, pl.Int64).alias(SEQ)).write_parquet(Path(scratch) / name)
+            names.append(name)
+        head = {str(folder.source(names[0])): Compacted(frozenset(), (1, 1))}
+        only = {"trace_id": ["t0", "t2"]}
+        # The anti-join after a compacted file; the sort (the compacted file's range unknown); plain files.
+        cases: list[tuple[list[str], dict[str, Compacted]]] = [(names, head), (names, {}), (names[1:], {})]
+        for listed, compacted in cases:
+            plan("traces", folder, listed, compacted, keep_seq=False, only=only).collect()
+        return [in_write_order(folder, listed, compacted) for listed, compacted in cases]
+
+
 async def soak(options: argparse.Namespace, sample: Callable[[], dict[str, Any]] = process_sample) -> None:
     loaded = load_task_file(options.task_file)
     task = loaded.task
@@ -266,7 +305,7 @@ async def soak(options: argparse.Namespace, sample: Callable[[], dict[str, Any]]
         async with open_runtime(loaded) as runtime:
             for round_index in range(options.rounds):
                 started, waits = time.monotonic(), 0
-                line: dict[str, Any] = {"round": round_index}
+                line: dict[str, Any] = {"round": round_index, "started_at": time.time()}
                 async with hold_batch_turn_async(
                     loaded.store, task.name, wait_s=options.lock_wait, on_wait=waiting
                 ) as turn:
@@ -301,37 +340,44 @@ async def soak(options: argparse.Namespace, sample: Callable[[], dict[str, Any]]
                     "round_s": round(time.monotonic() - started, 3),
                     "at": time.time(),
                 }
+                # Cyclic garbage waits for Python's collector, which runs on allocation counts, not on time: 1.1 to
+                # 1.6 MiB of it at any sample (a soak run with ``--ablate gc``), more or less by chance. Collected
+                # first, so a sample reads what the process holds.
+                line["gc_collected"] = gc.collect()
                 line |= sample()
                 line["accounted"] = accounted_bytes(runtime)
                 line["settled"] = settled_rss()
                 print(json.dumps(line), flush=True)
 
 
-MEMORY_VERSIONS_KEPT = timedelta(seconds=60)  # the soak's hour: memory's versions kept by each compaction
-
-
 def compact_until(stores: list[str], stop: Path, interval: float) -> None:
     """Compact every store's tables, and the memory table beside it (``memory/``, as the soak's task files
-    place it; what the hourly compact-telemetry flow does, on the soak's faster clock), every ``interval`` seconds
-    until ``stop`` exists; one JSON line per pass."""
+    place it), every ``interval`` seconds until ``stop`` exists, keeping memory's versions of the last ``interval``
+    (what the hourly compact-telemetry flow does, keeping an hour, on the soak's faster clock); one JSON line per
+    pass, with its start and end (wall clock, which the soak sets beside its workers' rounds)."""
     while not stop.exists():
-        started = time.monotonic()
+        started, started_at = time.monotonic(), time.time()
         merged = {store: sum(compact_store(TelemetryStore(store)).values()) for store in stores}
-        memory = {store: _compact_memory_beside(Path(store)) for store in stores}
-        line = {"merged": merged, "memory_merged": memory, "pass_s": round(time.monotonic() - started, 3)}
+        memory = {store: _compact_memory_beside(Path(store), timedelta(seconds=interval)) for store in stores}
+        line = {
+            "merged": merged, "memory_merged": {store: done[0] for store, done in memory.items()},
+            "memory_versions_removed": {store: done[1] for store, done in memory.items()},
+            "pass_s": round(time.monotonic() - started, 3), "started_at": started_at, "ended_at": time.time(),
+        }  # fmt: skip
         print(json.dumps(line), flush=True)
         deadline = time.monotonic() + interval
         while time.monotonic() < deadline and not stop.exists():
             time.sleep(0.2)
 
 
-def _compact_memory_beside(store: Path) -> int | str:
-    """Data files merged, or why the compaction failed (reported; the next pass tries again)."""
+def _compact_memory_beside(store: Path, keep: timedelta) -> tuple[int | str, int]:
+    """Data files merged (or why the compaction failed: reported, the next pass tries again) and old versions
+    deleted."""
     try:
-        done = asyncio.run(compact_memory(store.parent / "memory", keep_versions_for=MEMORY_VERSIONS_KEPT))
+        done = asyncio.run(compact_memory(store.parent / "memory", keep_versions_for=keep))
     except MemoryUnavailableError as exc:
-        return str(exc)[:300]
-    return 0 if done is None else done.fragments_removed
+        return str(exc)[:300], 0
+    return (0, 0) if done is None else (done.fragments_removed, done.versions_removed)
 
 
 def main(arguments: list[str]) -> None:
@@ -352,6 +398,7 @@ def main(arguments: list[str]) -> None:
         return
     ablated = os.environ.get(_soak_ablations.ENVIRONMENT)  # benchmarks.soak --ablate: a diagnostic run
     sample = _soak_ablations.apply(_soak_ablations.parse(ablated), process_sample) if ablated else process_sample
+    warm_read_plans()
     asyncio.run(soak(options, sample))
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -42,7 +43,7 @@ import yaml
 
 from benchmarks import _soak_ablations
 from benchmarks._report import ROOT, Row, Section, publish
-from benchmarks._soak_worker import MEMORY_VERSIONS_KEPT, REFUND
+from benchmarks._soak_worker import REFUND, SETTLE_AT_LEAST_S
 from gil_core.batch import ticket_trace_id
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import ScriptedOpenAIServer, ScriptedReply
@@ -55,6 +56,9 @@ SLOW_SECONDS = 0.5
 WARM_UP_ROUNDS = 2  # rounds whose growth is not held against the process (imports, first opens)
 RSS_SLACK = 0.10
 UNSPANNED_RESOLVING = "it resolved no round of its own before its last and gave no verdicts"
+UNSPANNED_COMPACTION = (
+    "no round of it began after the compactor had first merged its store's files and deleted its memory's old versions"
+)
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,7 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
     if compactor.returncode != 0:
         raise SystemExit(f"the compactor exited {compactor.returncode}:\n{compactor_err[-3000:]}")
     passes = [json.loads(line) for line in compacted.splitlines() if line.startswith("{")]
+    (work / "compactor.jsonl").write_text("".join(json.dumps(p) + "\n" for p in passes), encoding="utf-8")
     return {
         "workers": workers,
         "wall_s": ended - started,
@@ -259,19 +264,37 @@ def first_resolving(samples: Sequence[Mapping[str, Any]]) -> int:
     return next((index for index, line in enumerate(samples) if line.get("resolved")), len(samples) - 1)
 
 
-def span(samples: Sequence[Mapping[str, Any]]) -> tuple[int, int] | str:
+def compacted_by(passes: Sequence[Mapping[str, Any]], store: str) -> float:
+    """When (wall clock) the compactor had first both merged files of ``store``'s tables and deleted old versions
+    of the memory beside it: the end of the later of those two passes; infinity if it never did both."""
+    merged = (p["ended_at"] for p in passes if p["merged"].get(store, 0) > 0)
+    pruned = (p["ended_at"] for p in passes if p.get("memory_versions_removed", {}).get(store, 0) > 0)
+    return max(next(merged, math.inf), next(pruned, math.inf))
+
+
+def _round_start(line: Mapping[str, Any]) -> float:
+    return float(line.get("started_at", line["at"] - line["round_s"]))
+
+
+def span(samples: Sequence[Mapping[str, Any]], compacted_at: float = -math.inf) -> tuple[int, int] | str:
     """The samples the growth is read between (indexes), or why there are none.
 
-    It starts where the warm-up ends: after its rounds, and once the process has resolved a round itself (the
+    It starts where the warm-up ends: after its rounds; once the process has resolved a round itself (the
     pair's second process may first only find rounds done, before it has imported and opened what resolving
-    needs), unless it gives verdicts (the pair's first process), which is work of its own from the first round.
-    It ends at the last sample, or, for a process that gives verdicts and first resolved tickets in its last round
-    (having found every other round done), at the one before: that round ran what no round before it did, and the
-    rounds before it are that process's steady state."""
+    needs), unless it gives verdicts (the pair's first process), which is work of its own from the first round;
+    and after the first round it began once the compactor had merged its store and pruned its memory
+    (``compacted_at``, from ``compacted_by``): the first read over a folder a compaction left, and the first write
+    after old versions went, run library code no read before them did, once per process (RELIABILITY.md,
+    "Findings": the late code named). It ends at the last sample, or, for a process that gives verdicts and first
+    resolved tickets in its last round (having found every other round done), at the one before: that round ran
+    what no round before it did, and the rounds before it are that process's steady state."""
     end, resolving = len(samples) - 1, first_resolving(samples)
     if resolving == end and any(line.get("verdicts") for line in samples):
         end, resolving = (end - 1 if samples[end].get("resolved") else end), 0
-    start = max(WARM_UP_ROUNDS - 1, resolving)
+    compacted = next((i for i, line in enumerate(samples) if _round_start(line) >= compacted_at), None)
+    if compacted is None or compacted >= end:
+        return UNSPANNED_COMPACTION if max(WARM_UP_ROUNDS - 1, resolving) < end else UNSPANNED_RESOLVING
+    start = max(WARM_UP_ROUNDS - 1, resolving, compacted)
     return (start, end) if start < end else UNSPANNED_RESOLVING
 
 
@@ -281,13 +304,15 @@ def _python_allocator_growth(first: Mapping[str, Any], last: Mapping[str, Any]) 
     return None if before is None or after is None else after - before
 
 
-def growth(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def growth(samples: Sequence[Mapping[str, Any]], compacted_at: float = -math.inf) -> dict[str, Any]:
     """RSS (settled: ``_soak_worker.settled_rss``; all, file-backed and anonymous) and accounted bytes over the
     ``span``; fds and threads from its start to the last sample; and, beside them, the growth as read before the
     samples waited for the RSS to settle (at the rounds' ends, from the warm-up's end to the last sample), and the
     live allocations' growth at the rounds' ends: glibc's bytes in use and the blocks Python's small-object allocator
-    handed out (None without both)."""
-    found = span(samples)
+    handed out (None without both); and the settled RSS growth with the warm-up of ``WARM_UP_ROUNDS`` rounds alone
+    (not waiting for the compactor: what the soak read before it did)."""
+    found = span(samples, compacted_at)
+    alone = span(samples)
     start, end = (len(samples) - 1, len(samples) - 1) if isinstance(found, str) else found
     first, last = samples[start], samples[end]
     accounted = {key: last["accounted"][key] - first["accounted"][key] for key in last["accounted"]}
@@ -307,6 +332,10 @@ def growth(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "anon_growth": settled[end]["rss_anon"] - settled[start]["rss_anon"],
         "rss_start": settled[start]["rss"], "rss_end": settled[end]["rss"],
         "rss_growth": settled[end]["rss"] - settled[start]["rss"],
+        "rss_growth_two_rounds": (
+            None if isinstance(alone, str) else settled[alone[1]]["rss"] - settled[alone[0]]["rss"]
+        ),
+        "threads_settled": [line["threads"] for line in settled[start:] if "threads" in line],
         "round_end_growth": last["rss"] - first["rss"],
         "settle_s": [line.get("settled", {}).get("settle_s", 0.0) for line in samples],
         "rss_peak": max(line["rss"] for line in samples), "accounted_growth": named,
@@ -349,7 +378,8 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
     pair_resolved = [sum(line.get("resolved", 0) for line in w.lines) for w in pair]
     pair_done_before = sum(line.get("done_before", 0) for w in pair for line in w.lines)
     pair_skipped = sum(not line["held"] for w in pair for line in w.lines)
-    growths = {w.name: growth(w.lines) for w in workers}
+    passes = measured["compactions"]
+    growths = {w.name: growth(w.lines, compacted_by(passes, str(w.store))) for w in workers}
     # A process that resolved no round of its own before its last and gave no verdicts (the pair's second, when it
     # found every other round done) has no growth to set against anything: it is named so, and left out.
     rss_ok = all(
@@ -390,7 +420,8 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
             f"{len({w.task for w in workers})} stores, "
             f"{sum(sum(p['merged'].values()) for p in measured['compactions']):,} files merged; memory's tables: "
             f"{sum(n for p in measured['compactions'] for n in p['memory_merged'].values() if isinstance(n, int)):,} "
-            f"data files merged, versions older than {MEMORY_VERSIONS_KEPT.total_seconds():.0f} s deleted; "
+            f"data files merged, {sum(sum(p.get('memory_versions_removed', {}).values()) for p in passes):,} "
+            f"versions older than {plan.compact_every_s:g} s deleted; "
             + _memory_failures(measured["compactions"])),
     ]  # fmt: skip
     curves = [
@@ -414,25 +445,32 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
             "bytes, each object counted once, from `gc`; `other` is everything else reachable from the runtime, not "
             "counted in the target; RSS settled: sampled once it stopped falling after the round, which took the "
             "seconds shown; file-backed is the resident part of mapped files, mostly the native libraries' code, "
-            "anonymous the rest; at the rounds' ends: the RSS growth as read before the samples waited for it to "
-            "settle; malloc is glibc's bytes in use, malloc free what its arenas keep freed and not given back; "
-            "Python's small objects are the bytes of the blocks its own allocator handed out, objects up to 512 "
+            "anonymous the rest; with a warm-up of rounds alone: the settled RSS growth from the end of round "
+            f"{WARM_UP_ROUNDS} (the warm-up before it waited for the compactor); at the rounds' ends: the RSS growth "
+            "as read before the samples waited for it to settle; threads alive at the rounds' ends and at the "
+            "settled samples; malloc is glibc's bytes in use, malloc free what its arenas keep freed and not given "
+            "back; Python's small objects are the bytes of the blocks its own allocator handed out, objects up to 512 "
             "bytes, in arenas outside malloc; live allocations are malloc's and those summed):",
             "",
-            "| process | rounds | RSS then | RSS growth (settled) | file-backed | anonymous | at the rounds' ends "
+            "| process | rounds | RSS then | RSS growth (settled) | file-backed | anonymous | with a warm-up of "
+            f"{WARM_UP_ROUNDS} rounds alone | at the rounds' ends "
             "| RSS peak | settling | malloc growth | malloc free growth | Python's small objects growth "
-            "| live allocations growth | entries + caches growth | other growth | threads |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| live allocations growth | entries + caches growth | other growth | threads | threads (settled) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *(
                 f"| {name} | r{g['warm_up']}–r{g['until']} | {mib(g['rss_start'])} | {mib(g['rss_growth'])} | "
-                f"{mib(g['file_growth'])} | {mib(g['anon_growth'])} | {mib(g['round_end_growth'])} | "
+                f"{mib(g['file_growth'])} | {mib(g['anon_growth'])} | "
+                f"{'—' if g['rss_growth_two_rounds'] is None else mib(g['rss_growth_two_rounds'])} | "
+                f"{mib(g['round_end_growth'])} | "
                 f"{mib(g['rss_peak'])} | {min(g['settle_s']):.1f}–{max(g['settle_s']):.1f} s | "
                 + " | ".join(
                     "—" if g[k] is None else mib(g[k])
                     for k in ("malloc_growth", "malloc_free_growth", "python_allocator_growth", "live_growth")
                 )
                 + " | "
-                f"{mib(g['accounted_growth'])} | {mib(g['other_growth'])} | {g['threads_first']}–{g['threads_max']} |"
+                f"{mib(g['accounted_growth'])} | {mib(g['other_growth'])} | {g['threads_first']}–{g['threads_max']} | "
+                + (f"{min(g['threads_settled'])}–{max(g['threads_settled'])}" if g["threads_settled"] else "—")
+                + " |"
                 for name, g in growths.items()
             ),
         ]
@@ -450,13 +488,20 @@ def section(plan: Plan, measured: dict[str, Any], quick: bool, flags: str = "") 
         "`ScriptedOpenAIServer` on loopback in the parent process with a seeded fault mix: "
         + ", ".join(f"{share:.1%} {name}" for name, share in FAULT_MIX.items())
         + f" (slow: the reply {SLOW_SECONDS:g} s late) of HTTP requests. A compactor process runs "
-        f"`compact_store` over every store, and `compact_memory` over each memory table (keeping "
-        f"{MEMORY_VERSIONS_KEPT.total_seconds():.0f} s of versions: the hourly flow's hour, on the soak's clock), "
-        f"every {plan.compact_every_s:g} s while they are written. Afterwards "
+        f"`compact_store` over every store, and `compact_memory` over each memory table, every "
+        f"{plan.compact_every_s:g} s while they are written, keeping memory's versions of the last "
+        f"{plan.compact_every_s:g} s (the hourly flow keeps an hour's). Afterwards "
         "every store is read back. Samples come from each process's own `/proc/self` after each round, and again "
-        "once its RSS stopped falling (the growth is read from those). The warm-up ends after "
-        f"{WARM_UP_ROUNDS} rounds and once the process has resolved a round itself; the growth is read from there "
-        "to the last round (to the round before, for a process that first resolved tickets in its last round)."
+        "once its RSS stopped falling and no sooner than "
+        f"{SETTLE_AT_LEAST_S:g} s after the round (tokio's idle I/O threads end, and jemalloc gives freed pages "
+        "back, after 10 s), after a full collection of Python's cyclic garbage (the growth is read from those). "
+        "Before its first round each process runs each of the store's read plans once over a scratch folder "
+        "(`warm_read_plans`). The warm-up ends after "
+        f"{WARM_UP_ROUNDS} rounds, once the process has resolved a round itself, and after the first round it "
+        "began once the compactor had merged its store's files and deleted its memory's old versions (the first "
+        "read over a compacted folder and the first write after a prune page in library code once per process); "
+        "the growth is read from there to the last round (to the round before, for a process that first resolved "
+        "tickets in its last round)."
     )
     notes = [f"Held at the end (bytes reachable per part): {held}.", *_live_note(growths)]
     return Section(SECTION, COMMAND + flags, lead, rows, notes, [extra, accounting])

@@ -3,10 +3,11 @@ samples the RSS growth is read from, and when a process is left out of the verdi
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from benchmarks._soak_worker import python_allocator_bytes
-from benchmarks.soak import UNSPANNED_RESOLVING, _memory_failures, growth, span
+from benchmarks._soak_worker import python_allocator_bytes, warm_read_plans
+from benchmarks.soak import UNSPANNED_COMPACTION, UNSPANNED_RESOLVING, _memory_failures, compacted_by, growth, span
 
 MIB = 2**20
 
@@ -101,3 +102,35 @@ def test_the_compactor_s_failed_memory_compactions_are_counted_and_each_reason_t
     assert none == "0 memory compactions failed (tried again at the next pass)"
     one = _memory_failures([{"memory_merged": {"a": "x"}}])
     assert one == "1 memory compaction failed (tried again at the next pass): x"
+
+
+def test_the_compactor_s_first_merge_and_prune_of_a_store_is_the_later_of_the_two_passes() -> None:
+    passes = [
+        {"merged": {"a": 0, "b": 4}, "memory_versions_removed": {"a": 0, "b": 0}, "ended_at": 100.0},
+        {"merged": {"a": 7, "b": 3}, "memory_versions_removed": {"a": 0, "b": 2}, "ended_at": 120.0},
+        {"merged": {"a": 2, "b": 1}, "memory_versions_removed": {"a": 5, "b": 1}, "ended_at": 140.0},
+    ]
+    assert compacted_by(passes, "a") == 140.0  # merged at 120, pruned at 140
+    assert compacted_by(passes, "b") == 120.0  # merged at 100, pruned at 120
+    assert compacted_by(passes, "c") == math.inf  # never met
+    assert compacted_by(passes[:2], "a") == math.inf  # merged, never pruned
+
+
+def test_the_warm_up_lasts_until_a_round_begun_after_the_compactor_met_the_store() -> None:
+    samples = _flat(8)  # round i begins at 1000 + 10 i
+    assert span(samples, compacted_at=995.0) == (1, 7)  # met before the first round: the rounds' warm-up alone
+    assert span(samples, compacted_at=1031.0) == (4, 7)  # round 4 (index) is the first begun after it
+    assert span(samples, compacted_at=1030.0) == (3, 7)  # a round begun at that very moment counts
+    assert span(samples, compacted_at=1061.0) == UNSPANNED_COMPACTION  # only the last round began after it
+    assert span(samples, compacted_at=math.inf) == UNSPANNED_COMPACTION
+    late = [{**line, "resolved": 0 if line["round"] < 7 else 100} for line in samples]
+    assert span(late, compacted_at=math.inf) == UNSPANNED_RESOLVING  # not resolving before its last round is first
+    read = growth(samples, compacted_at=1031.0)
+    assert (read["warm_up"], read["until"]) == (5, 8)
+    assert read["rss_growth_two_rounds"] == 0  # and the reading with the rounds' warm-up alone is kept beside it
+
+
+def test_the_soak_s_warm_up_reads_a_folder_in_each_plan_the_store_takes() -> None:
+    # The anti-join after a compacted file, the sort for a folder out of write order, plain files: the first read
+    # of each pages in library code once per process, which the soak's warm-up takes out of its growth.
+    assert warm_read_plans() == [True, False, True]
