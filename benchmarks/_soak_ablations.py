@@ -12,9 +12,6 @@ Parts:
 - ``shadows-once``: the shadow index is read once per task, not again after each round's verdicts.
 - ``metadata-cache=MIB``: LanceDB's metadata cache bound for memory, instead of its default.
 - ``trim``: glibc's ``malloc_trim(0)`` before each sample.
-- ``gc``: a full collection (``gc.collect()``) before each sample; the sample says what it freed (``gc_freed``:
-  objects, and the bytes of Python's small-object allocator and glibc's malloc in use before and after), to see
-  how much of the live allocations was cyclic garbage not yet collected.
 - ``regions``: each sample also lists the anonymous mappings and glibc's heap resident over 64 KiB (start,
   size and resident KiB), to diff between rounds.
 - ``files``: each sample also lists the resident KiB of every mapped file over 64 KiB (its mappings summed), to
@@ -41,7 +38,7 @@ from typing import Any
 from benchmarks._proc_maps import mappings
 
 PARTS = (
-    "no-lookups", "no-memory-writes", "shadows-once", "metadata-cache", "trim", "gc", "regions", "files",
+    "no-lookups", "no-memory-writes", "shadows-once", "metadata-cache", "trim", "regions", "files",
     "tracemalloc", "jeprof",
 )  # fmt: skip
 ENVIRONMENT = "GIL_SOAK_ABLATE"
@@ -99,10 +96,7 @@ def apply(parts: Mapping[str, str], sample: Callable[[], dict[str, Any]]) -> Cal
         nonlocal samples
         if "trim" in parts:
             trim_freed_pages()
-        freed = _collected() if "gc" in parts else None
         line = sample()
-        if freed is not None:
-            line["gc_freed"] = freed
         if "regions" in parts:
             line["regions"] = _regions()
         if "files" in parts:
@@ -115,19 +109,6 @@ def apply(parts: Mapping[str, str], sample: Callable[[], dict[str, Any]]) -> Cal
         return line
 
     return sampled
-
-
-def _collected() -> dict[str, int]:
-    """A full collection, and what it freed: objects, and Python's small-object bytes and malloc's bytes in use
-    before and after."""
-    import gc
-
-    from benchmarks._soak_worker import _malloc_bytes, python_allocator_bytes
-
-    before = (python_allocator_bytes().get("in_use", 0), _malloc_bytes()[0] or 0)
-    objects = gc.collect()
-    after = (python_allocator_bytes().get("in_use", 0), _malloc_bytes()[0] or 0)
-    return {"objects": objects, "python_bytes": before[0] - after[0], "malloc_bytes": before[1] - after[1]}
 
 
 def trim_freed_pages() -> None:

@@ -261,6 +261,17 @@ async def _rerun_until_done(start: Callable[[], Awaitable[_T]], attempts: int = 
                 raise
 
 
+def collect_garbage() -> dict[str, int]:
+    """A full collection, and what it freed: objects, and the bytes in use of Python's small-object allocator and
+    of glibc's malloc, before less after. Cyclic garbage waits for Python's collector, which runs on allocation
+    counts, not on time: 1.1 to 1.6 MiB of small objects at any sample of a resolving soak process (a diagnostic
+    run, 2026-12-07), more or less by chance. Collected before a sample, so it reads what the process holds."""
+    before = (python_allocator_bytes().get("in_use", 0), _malloc_bytes()[0] or 0)
+    objects = gc.collect()
+    after = (python_allocator_bytes().get("in_use", 0), _malloc_bytes()[0] or 0)
+    return {"objects": objects, "python_bytes": before[0] - after[0], "malloc_bytes": before[1] - after[1]}
+
+
 def warm_read_plans() -> list[bool]:
     """Run once each plan ``TelemetryStore`` reads a keyed table by (``gil_core.telemetry._files.plan``, with the
     key filter a batch's and a verdict's reads use), over a scratch folder of three small traces files: in write
@@ -340,10 +351,7 @@ async def soak(options: argparse.Namespace, sample: Callable[[], dict[str, Any]]
                     "round_s": round(time.monotonic() - started, 3),
                     "at": time.time(),
                 }
-                # Cyclic garbage waits for Python's collector, which runs on allocation counts, not on time: 1.1 to
-                # 1.6 MiB of it at any sample (a soak run with ``--ablate gc``), more or less by chance. Collected
-                # first, so a sample reads what the process holds.
-                line["gc_collected"] = gc.collect()
+                line["gc_freed"] = collect_garbage()
                 line |= sample()
                 line["accounted"] = accounted_bytes(runtime)
                 line["settled"] = settled_rss()
