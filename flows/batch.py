@@ -250,7 +250,7 @@ async def resolve_batch_flow(
     max_line_bytes: int = MAX_LINE_BYTES,
     lock_wait_s: float = WAIT_SECONDS,
 ) -> dict[str, Any] | State:
-    """Resolve queued tickets (JSONL or Parquet with id and text); a rerun resolves only what is missing.
+    """Resolve queued tickets (JSONL, Parquet or CSV with id and text); a rerun resolves only what is missing.
 
     One batch per task at a time (``gil_core.batch_lock``): the flow holds the task's turn while it runs (on
     Dask too: the workers never take it). A batch that finds another one running waits up to ``lock_wait_s``,

@@ -75,7 +75,13 @@ def resolve(
 
 @app.command("resolve-batch")
 def resolve_batch_command(
-    tickets: Annotated[Path, typer.Argument(help="Tickets: JSONL lines {id, text}, or Parquet with id and text.")],
+    tickets: Annotated[
+        Path,
+        typer.Argument(
+            help="Tickets: JSONL lines {id, text}, or Parquet with id and text, or CSV (.csv, .tsv) with a header "
+            "naming id and text."
+        ),
+    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Results JSONL (one line per ticket).")],
     task_file_path: TaskFileOption = None,
     concurrency: Annotated[int | None, typer.Option(help="Requests in flight (default: the task file's).")] = None,

@@ -1,12 +1,13 @@
 """Ticket and verdict files (README, "Stable file formats") read as streams: a file of any size is read one line (or
-one Parquet batch of rows) at a time, and a line past ``max_line_bytes`` is refused, naming file:line, without
-being read into memory. A file that cannot be read at all (missing, a folder, not Parquet) raises
+one Parquet batch of rows, or one CSV record) at a time, and a line past ``max_line_bytes`` is refused, naming
+file:line, without being read into memory. A file that cannot be read at all (missing, a folder, not Parquet) raises
 ``BatchFileError`` naming it. ``gil_core.batch`` re-exports what is public here.
 """
 
 from __future__ import annotations
 
 import codecs
+import csv
 import hashlib
 import json
 import sys
@@ -63,19 +64,28 @@ class BadInput:
         return f"{self.where}: {self.reason}"
 
 
-def iter_tickets(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Ticket | BadInput]:
-    """The tickets of a JSONL file (one ``{"id", "text"}`` per line) or a Parquet file (columns id, text), in file
-    order, each bad line or row as a ``BadInput`` where it stands.
+_CSV_DELIMITERS = {".csv": ",", ".tsv": "\t"}
 
-    Streamed: memory holds one line (at most ``max_line_bytes``) or one batch of Parquet rows, and 16 to 32 bytes
-    per ticket for the check that no id comes twice (a 64-bit fingerprint of each id: two different ids of a file
-    of a million tickets share one with a probability of about 3 in 10^8, and the second is then refused as a
-    repeat, never resolved twice)."""
+
+def iter_tickets(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Ticket | BadInput]:
+    """The tickets of a JSONL file (one ``{"id", "text"}`` per line), a Parquet file (columns id, text) or a CSV
+    file (``.csv``, or ``.tsv`` separated by tabs: a header row naming the columns id and text, other columns
+    ignored, a quoted text may span lines), in file order, each bad line or row as a ``BadInput`` where it stands.
+
+    Streamed: memory holds one line or CSV record (at most ``max_line_bytes``) or one batch of Parquet rows, and
+    16 to 32 bytes per ticket for the check that no id comes twice (a 64-bit fingerprint of each id: two different
+    ids of a file of a million tickets share one with a probability of about 3 in 10^8, and the second is then
+    refused as a repeat, never resolved twice)."""
     path = Path(path)
     if max_line_bytes < 1:
         raise ConfigurationError(f"max_line_bytes must be ≥ 1, got {max_line_bytes}")
     seen = _Fingerprints()
-    rows = _parquet_rows(path) if path.suffix == ".parquet" else _json_lines(path, max_line_bytes)
+    if path.suffix == ".parquet":
+        rows = _parquet_rows(path)
+    elif path.suffix in _CSV_DELIMITERS:
+        rows = _csv_rows(path, max_line_bytes)
+    else:
+        rows = _json_lines(path, max_line_bytes)
     for where, row in _read_through(path, rows):
         if isinstance(row, BadInput):
             yield row
@@ -234,6 +244,88 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
         for row in batch.to_pylist():
             index += 1
             yield f"{path}: row {index}", row
+
+
+class _RecordTooLong(Exception):
+    pass
+
+
+class _NotUtf8(Exception):
+    def __init__(self, offset: int) -> None:
+        super().__init__(offset)
+        self.offset = offset
+
+
+class _BoundedLines:
+    """The decoded lines of a binary file for ``csv.reader``, one record's worth at a time: a record whose lines
+    come to more than ``limit`` bytes raises ``_RecordTooLong`` (the rest of an over-long line passed over, never
+    held), a line that is not UTF-8 ``_NotUtf8``. ``start()`` begins a record; ``number`` is the last line read."""
+
+    def __init__(self, source: BinaryIO, limit: int) -> None:
+        self._source, self._limit = source, limit
+        self.number, self._held = 0, 0
+
+    def start(self) -> int:
+        """Begin a record; the number of the line it starts on."""
+        self._held = 0
+        return self.number + 1
+
+    def __iter__(self) -> _BoundedLines:
+        return self
+
+    def __next__(self) -> str:
+        raw = self._source.readline(self._limit - self._held + 1)
+        if not raw:
+            raise StopIteration
+        self.number += 1
+        self._held += len(raw)
+        if self._held > self._limit:
+            if not raw.endswith(b"\n"):
+                _skip_rest_of_line(self._source)
+            raise _RecordTooLong
+        if self.number == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8) :]
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _NotUtf8(exc.start + 1) from None
+
+
+def _csv_rows(path: Path, max_line_bytes: int) -> Iterator[tuple[str, Any]]:
+    # A record (which a quoted field may carry over several lines) is held whole at most: ``_BoundedLines`` refuses
+    # one past the cap. The csv module's own cap on a field (a setting of the whole process, 128 KiB by default) is
+    # raised to that cap, never lowered.
+    csv.field_size_limit(max(csv.field_size_limit(), max_line_bytes))
+    with path.open("rb") as source:
+        lines = _BoundedLines(source, max_line_bytes)
+        records = csv.reader(lines, delimiter=_CSV_DELIMITERS[path.suffix], strict=False)
+        header: list[str] | None = None
+        while True:
+            where = f"{path}:{lines.start()}"
+            try:
+                record = next(records)
+            except StopIteration:
+                return
+            except _RecordTooLong:
+                yield where, BadInput(where, f"the record is longer than {_cap(max_line_bytes)}")
+                continue
+            except _NotUtf8 as exc:
+                yield where, BadInput(where, f"not UTF-8 (byte {exc.offset} of a line of the record)")
+                continue
+            except csv.Error as exc:
+                yield where, BadInput(where, f"not CSV ({exc})")
+                continue
+            if header is None:
+                header = [name.strip() for name in record]
+                missing = sorted({"id", "text"} - set(header))
+                if missing:
+                    yield where, BadInput(where, f"the header row names no column {' or '.join(missing)}")
+                    return
+                continue
+            if not any(cell.strip() for cell in record):
+                continue  # a blank line
+            cells = dict(zip(header, record, strict=False))
+            yield where, {name: cells.get(name) or None for name in ("id", "text")}
 
 
 class _Fingerprints:

@@ -331,6 +331,49 @@ def test_a_parquet_file_without_the_ticket_columns_is_named(tmp_path: Path) -> N
     assert summary["resolved"] == 0
 
 
+def test_csv_tickets_resolve_with_quoted_text_over_lines_and_bad_records_named_by_their_first_line(
+    tmp_path: Path,
+) -> None:
+    # An export from a help desk: a header, columns Gil does not read, a text quoted over two lines, CRLF endings
+    # and a byte order mark; a row without an id and one without text are named by the line they start on.
+    tickets = tmp_path / "tickets.csv"
+    rows = [
+        "id,subject,text",
+        'a,Refund,"Hello,\r\nwhere is my refund?"',
+        ",Refund,where is my refund?",
+        "c,Refund,",
+        "",
+        'd,Refund,"where is my ""refund""?"',
+    ]
+    tickets.write_bytes(codecs.BOM_UTF8 + "\r\n".join(rows).encode() + b"\r\n")
+    with healthy_server() as server:
+        code, summary, stderr = resolve_batch_cli(tmp_path, tickets, server)
+    assert code == 0, stderr
+    assert [item.split(": ")[0] for item in summary["bad_lines"]] == [f"{tickets}:4", f"{tickets}:5"]
+    assert summary["resolved"] == 2
+    texts = {ticket.id: ticket.text for ticket in read_tickets(tickets)[0]}
+    assert texts == {"a": "Hello,\r\nwhere is my refund?", "d": 'where is my "refund"?'}
+
+
+def test_a_csv_record_past_the_cap_a_line_not_utf8_and_a_header_without_the_columns_are_named(tmp_path: Path) -> None:
+    tickets = tmp_path / "tickets.tsv"  # separated by tabs
+    tickets.write_bytes(
+        b"id\ttext\n"
+        b'a\t"an unclosed quote that runs on\n' + b"x" * 5000 + b"\n"  # lines 2-3: past the cap, passed over
+        b"b\twhere is my refund?\n"
+        b"c\tcaf\xe9\n"
+        b"d\twhere is my order?\n"
+    )
+    read, bad = read_tickets(tickets, max_line_bytes=1000)
+    assert [str(item).split(": ")[0] for item in bad] == [f"{tickets}:2", f"{tickets}:5"]
+    assert "longer than 1,000 bytes" in bad[0].reason and "not UTF-8" in bad[1].reason
+    assert [ticket.id for ticket in read] == ["b", "d"]
+    headless = tmp_path / "export.csv"
+    headless.write_text("Ticket ID,Description\n1,where is my refund?\n", encoding="utf-8")
+    read, bad = read_tickets(headless)
+    assert read == [] and [str(item) for item in bad] == [f"{headless}:1: the header row names no column id or text"]
+
+
 # -- verdicts -----------------------------------------------------------------------------------------------
 
 
