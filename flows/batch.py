@@ -22,6 +22,7 @@ from gil_core.batch import (
     BadInput,
     BatchReport,
     Ticket,
+    TicketColumns,
     chunk_sizes,
     iter_tickets,
     pending_chunks,
@@ -41,9 +42,11 @@ from gil_core.telemetry import TelemetryStore
 from gil_core.telemetry.savings import compute_savings
 
 
-def valid_tickets(tickets_path: str, max_line_bytes: int, on_bad: list[BadInput] | None = None) -> Iterator[Ticket]:
+def valid_tickets(
+    tickets_path: str, max_line_bytes: int, on_bad: list[BadInput] | None = None, columns: TicketColumns | None = None
+) -> Iterator[Ticket]:
     """The valid tickets of the file, streamed; its bad lines go to ``on_bad`` (when given) and the run's log."""
-    for item in iter_tickets(tickets_path, max_line_bytes=max_line_bytes):
+    for item in iter_tickets(tickets_path, max_line_bytes=max_line_bytes, columns=columns or TicketColumns()):
         if isinstance(item, Ticket):
             yield item
         elif on_bad is not None:
@@ -53,7 +56,11 @@ def valid_tickets(tickets_path: str, max_line_bytes: int, on_bad: list[BadInput]
 
 @gil_task(name="plan batch")
 def plan_batch(
-    task_file: str, tickets_path: str, workers: int, max_line_bytes: int = MAX_LINE_BYTES
+    task_file: str,
+    tickets_path: str,
+    workers: int,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    columns: TicketColumns | None = None,
 ) -> tuple[list[int], int, list[BadInput]]:
     """The sizes of the chunks of tickets still without a trace (one chunk without parallel workers, unless it
     would pass ``chunk_sizes``' bound), how many valid tickets the file holds, and its bad lines. The file is
@@ -65,7 +72,7 @@ def plan_batch(
 
     def counted() -> Iterator[Ticket]:
         nonlocal valid
-        for ticket in valid_tickets(tickets_path, max_line_bytes, bad):
+        for ticket in valid_tickets(tickets_path, max_line_bytes, bad, columns):
             valid += 1
             yield ticket
 
@@ -185,6 +192,7 @@ def finish_batch(
     bad: list[BadInput],
     out: str | None,
     max_line_bytes: int = MAX_LINE_BYTES,
+    columns: TicketColumns | None = None,
 ) -> dict[str, Any]:
     """Merge the chunks' reports into the batch's, and write one result line per ticket (the file read again,
     streamed)."""
@@ -194,7 +202,8 @@ def finish_batch(
     report.skipped = valid - report.resolved - len(report.failed)
     report.failed[:0] = bad
     store = TelemetryStore(loaded.store)
-    written = write_results(store, loaded.task, valid_tickets(tickets_path, max_line_bytes), out) if out else 0
+    tickets = valid_tickets(tickets_path, max_line_bytes, columns=columns)
+    written = write_results(store, loaded.task, tickets, out) if out else 0
     return {**report.to_json(), "written": written}
 
 
@@ -249,6 +258,8 @@ async def resolve_batch_flow(
     scheduler: str | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
     lock_wait_s: float = WAIT_SECONDS,
+    id_column: str = "id",
+    text_columns: list[str] | None = None,
 ) -> dict[str, Any] | State:
     """Resolve queued tickets (JSONL, Parquet or CSV with id and text); a rerun resolves only what is missing.
 
@@ -259,7 +270,8 @@ async def resolve_batch_flow(
 
     The tickets file is streamed: the flow holds the chunks being resolved (at most two per worker, each at most
     ``chunk_sizes``' bound), never the whole file; a line longer than ``max_line_bytes`` is a bad line, named
-    file:line, and the rest run.
+    file:line, and the rest run. ``id_column`` and ``text_columns`` name where the file holds each ticket's id and
+    text (``TicketColumns``; several text columns make one text), ``id`` and ``text`` by default.
 
     ``task_runner``: ``threads`` (one chunk in this process) or ``dask`` (chunks on a LocalCluster of ``workers``
     processes, or on the Dask scheduler at ``scheduler``). Calls in flight to each model server stay within its
@@ -268,6 +280,7 @@ async def resolve_batch_flow(
     """
     loaded = load_task_file(task_file)
     logger = get_run_logger()
+    columns = TicketColumns(id_column, tuple(text_columns or ("text",)))
 
     def waiting(holder: str) -> None:
         logger.info("waiting up to %g s: %s", lock_wait_s, holder)
@@ -278,7 +291,7 @@ async def resolve_batch_flow(
             summary = {**skipped_batch(turn.reason), "written": 0}
             return Completed(name="Skipped", message=f"skipped: {turn.reason}", data=summary)
         return await _resolve_batch(
-            task_file, tickets, out, concurrency, task_runner, workers, scheduler, max_line_bytes
+            task_file, tickets, out, concurrency, task_runner, workers, scheduler, max_line_bytes, columns
         )
 
 
@@ -291,6 +304,7 @@ async def _resolve_batch(
     workers: int,
     scheduler: str | None,
     max_line_bytes: int,
+    columns: TicketColumns,
 ) -> dict[str, Any]:
     """The flow's body, while it holds its task's turn."""
     loaded = load_task_file(task_file)
@@ -304,7 +318,7 @@ async def _resolve_batch(
         limits, slots = await ensure_endpoint_limits(model_endpoints(loaded), wanted)
     with batch_task_runner(task_runner, workers, scheduler) as (runner, parallel):
         path = str(Path(tickets))
-        sizes, valid, bad = plan_batch(task_file, path, parallel, max_line_bytes)
+        sizes, valid, bad = plan_batch(task_file, path, parallel, max_line_bytes, columns)
         in_flight = max(1, slots // parallel)
         key = artifact_key(loaded.task.name, "batch-progress")
         async with flow_progress(key, f"resolve-batch: {valid:,} tickets", total=valid) as progress:
@@ -319,12 +333,15 @@ async def _resolve_batch(
                 "flow_run_id": flow_run.id,
             }
             chunks = pending_chunks(
-                TelemetryStore(loaded.store), loaded.task.name, valid_tickets(path, max_line_bytes), sizes
+                TelemetryStore(loaded.store),
+                loaded.task.name,
+                valid_tickets(path, max_line_bytes, None, columns),
+                sizes,
             )
             reports = resolve_chunks(
                 runner, chunks, parameters, ahead=2 * parallel, finished=None if here else progress.advance
             )
-    report = finish_batch(task_file, path, valid, reports, bad, out, max_line_bytes)
+    report = finish_batch(task_file, path, valid, reports, bad, out, max_line_bytes, columns)
     await publish_stats(task_file)
     return report
 

@@ -104,13 +104,23 @@ def resolve_batch_command(
         float,
         typer.Option(help="Seconds to wait while another batch of the task runs; then this one skips (exit 0)."),
     ] = 60.0,
+    id_column: Annotated[
+        str, typer.Option(help="The column (a CSV header, a Parquet column, a JSONL key) holding each ticket's id.")
+    ] = "id",
+    text_column: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="The column holding each ticket's text; give it again for more (a subject and a body, say): the "
+            "non-empty ones make one text, a blank line between. Default: text."
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Resolve a batch of tickets. Idempotent by ticket id: a rerun resolves only tickets without a trace.
     One batch per task at a time: a second one waits up to --lock-wait, then skips, saying why."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from gil_core.batch import BadInput, Ticket, count_lines, iter_tickets, resolve_batch, write_results
+    from gil_core.batch import BadInput, Ticket, TicketColumns, count_lines, iter_tickets, resolve_batch, write_results
     from gil_core.batch_lock import hold_batch_turn_async, skipped_batch
     from gil_core.runtime import open_runtime
 
@@ -119,12 +129,14 @@ def resolve_batch_command(
         raise fail(f"--task-runner: expected threads or dask, got {task_runner!r}")
     if max_line_bytes < 1:
         raise fail(f"--max-line-bytes: must be ≥ 1, got {max_line_bytes}")
+    texts = tuple(text_column or ("text",))
+    columns = guarded(lambda: TicketColumns(id_column, texts))
     lines = guarded(lambda: count_lines(tickets))  # the bar's total; a missing or unreadable file stops here
     bad: list[BadInput] = []
 
     def valid(*, report_bad: bool) -> Iterator[Ticket]:
         """The file's tickets, streamed; each bad line warned about (and kept) on the first pass only."""
-        for item in iter_tickets(tickets, max_line_bytes=max_line_bytes):
+        for item in iter_tickets(tickets, max_line_bytes=max_line_bytes, columns=columns):
             if isinstance(item, Ticket):
                 yield item
             elif report_bad:
@@ -138,7 +150,17 @@ def resolve_batch_command(
         for _ in valid(report_bad=True):  # the bad lines, said first as the in-process path says them
             pass
         returned = await resolve_batch_flow(
-            str(loaded.path), str(tickets), str(out), concurrency, "dask", workers, scheduler, max_line_bytes, lock_wait
+            str(loaded.path),
+            str(tickets),
+            str(out),
+            concurrency,
+            "dask",
+            workers,
+            scheduler,
+            max_line_bytes,
+            lock_wait,
+            id_column=columns.id,
+            text_columns=list(columns.text),
         )
         # A flow that returns a State (a skipped batch's Completed) hands its caller that state's data: a dict.
         summary = cast("dict[str, Any]", returned)

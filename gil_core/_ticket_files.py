@@ -24,6 +24,7 @@ __all__ = [
     "MAX_LINE_BYTES",
     "BadInput",
     "Ticket",
+    "TicketColumns",
     "Verdict",
     "count_lines",
     "iter_tickets",
@@ -47,6 +48,46 @@ class Ticket:
 
 
 @dataclass(frozen=True, slots=True)
+class TicketColumns:
+    """Where a ticket file holds a ticket's id and text: the key of a JSONL line, the column of a Parquet file, the
+    header of a CSV file. Several text columns (a subject and a body, say) make one text, the non-empty ones in
+    order with a blank line between."""
+
+    id: str = "id"
+    text: tuple[str, ...] = ("text",)
+
+    def __post_init__(self) -> None:
+        names = [self.id, *self.text]
+        if not self.text or any(not isinstance(name, str) or not name.strip() for name in names):
+            raise ConfigurationError(f"ticket columns need an id and at least one text column, got {names!r}")
+        if len(set(names)) < len(names):
+            raise ConfigurationError(f"a ticket column is named twice: {names!r}")
+
+    @property
+    def names(self) -> list[str]:
+        return [self.id, *self.text]
+
+    def said(self) -> str:
+        """What a ticket needs, as a bad line's message says it."""
+        texts = " + ".join(json.dumps(name) for name in self.text)
+        return f"{json.dumps(self.id)} (a string or a whole number) and {texts} (a string)"
+
+    def ticket_fields(self, row: dict[str, Any]) -> dict[str, Any]:
+        """``row`` (by the file's own names) as ``{"id", "text"}``; the text None when no text column holds a string
+        with something in it, and a non-string there left for the check to refuse."""
+        if len(self.text) == 1:
+            return {"id": row.get(self.id), "text": row.get(self.text[0])}
+        parts = [row.get(name) for name in self.text]
+        if any(part is not None and not isinstance(part, str) for part in parts):
+            return {"id": row.get(self.id), "text": next(p for p in parts if p is not None and not isinstance(p, str))}
+        texts = [part.strip() for part in parts if isinstance(part, str) and part.strip()]
+        return {"id": row.get(self.id), "text": "\n\n".join(texts) if texts else None}
+
+
+DEFAULT_COLUMNS = TicketColumns()
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     trace_id: str
     correct: bool
@@ -67,10 +108,13 @@ class BadInput:
 _CSV_DELIMITERS = {".csv": ",", ".tsv": "\t"}
 
 
-def iter_tickets(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Ticket | BadInput]:
+def iter_tickets(
+    path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES, columns: TicketColumns = DEFAULT_COLUMNS
+) -> Iterator[Ticket | BadInput]:
     """The tickets of a JSONL file (one ``{"id", "text"}`` per line), a Parquet file (columns id, text) or a CSV
     file (``.csv``, or ``.tsv`` separated by tabs: a header row naming the columns id and text, other columns
     ignored, a quoted text may span lines), in file order, each bad line or row as a ``BadInput`` where it stands.
+    ``columns`` names the id and text otherwise (``TicketColumns``).
 
     Streamed: memory holds one line or CSV record (at most ``max_line_bytes``) or one batch of Parquet rows, and
     16 to 32 bytes per ticket for the check that no id comes twice (a 64-bit fingerprint of each id: two different
@@ -81,22 +125,24 @@ def iter_tickets(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> I
         raise ConfigurationError(f"max_line_bytes must be ≥ 1, got {max_line_bytes}")
     seen = _Fingerprints()
     if path.suffix == ".parquet":
-        rows = _parquet_rows(path)
+        rows = _parquet_rows(path, columns)
     elif path.suffix in _CSV_DELIMITERS:
-        rows = _csv_rows(path, max_line_bytes)
+        rows = _csv_rows(path, max_line_bytes, columns)
     else:
         rows = _json_lines(path, max_line_bytes)
     for where, row in _read_through(path, rows):
         if isinstance(row, BadInput):
             yield row
             continue
+        if isinstance(row, dict) and columns != DEFAULT_COLUMNS:
+            row = columns.ticket_fields(row)
         if (
             not isinstance(row, dict)
             or not isinstance(row.get("id"), str | int)
             or isinstance(row.get("id"), bool)
             or not isinstance(row.get("text"), str)
         ):
-            yield BadInput(where, 'a ticket needs "id" (a string or a whole number) and "text" (a string)')
+            yield BadInput(where, f"a ticket needs {columns.said()}")
             continue
         ticket = Ticket(str(row["id"]), row["text"])
         if not ticket.text.strip():
@@ -109,11 +155,13 @@ def iter_tickets(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> I
             yield ticket
 
 
-def read_tickets(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> tuple[list[Ticket], list[BadInput]]:
+def read_tickets(
+    path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES, columns: TicketColumns = DEFAULT_COLUMNS
+) -> tuple[list[Ticket], list[BadInput]]:
     """Every ticket of the file and every bad line, as two lists (``iter_tickets`` streams them instead)."""
     tickets: list[Ticket] = []
     bad: list[BadInput] = []
-    for item in iter_tickets(path, max_line_bytes=max_line_bytes):
+    for item in iter_tickets(path, max_line_bytes=max_line_bytes, columns=columns):
         if isinstance(item, BadInput):
             bad.append(item)
         else:
@@ -231,16 +279,16 @@ def _skip_rest_of_line(lines: BinaryIO) -> None:
         pass
 
 
-def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
+def _parquet_rows(path: Path, columns: TicketColumns) -> Iterator[tuple[str, Any]]:
     import pyarrow.parquet as pq
 
     source = pq.ParquetFile(path)
-    missing = {"id", "text"} - set(source.schema_arrow.names)
+    missing = sorted(set(columns.names) - set(source.schema_arrow.names))
     if missing:
-        yield str(path), BadInput(str(path), f"missing columns {sorted(missing)}")
+        yield str(path), BadInput(str(path), f"missing columns {missing}")
         return
     index = 0
-    for batch in source.iter_batches(batch_size=_PARQUET_BATCH, columns=["id", "text"]):
+    for batch in source.iter_batches(batch_size=_PARQUET_BATCH, columns=columns.names):
         for row in batch.to_pylist():
             index += 1
             yield f"{path}: row {index}", row
@@ -291,7 +339,7 @@ class _BoundedLines:
             raise _NotUtf8(exc.start + 1) from None
 
 
-def _csv_rows(path: Path, max_line_bytes: int) -> Iterator[tuple[str, Any]]:
+def _csv_rows(path: Path, max_line_bytes: int, columns: TicketColumns) -> Iterator[tuple[str, Any]]:
     # A record (which a quoted field may carry over several lines) is held whole at most: ``_BoundedLines`` refuses
     # one past the cap. The csv module's own cap on a field (a setting of the whole process, 128 KiB by default) is
     # raised to that cap, never lowered.
@@ -317,15 +365,19 @@ def _csv_rows(path: Path, max_line_bytes: int) -> Iterator[tuple[str, Any]]:
                 continue
             if header is None:
                 header = [name.strip() for name in record]
-                missing = sorted({"id", "text"} - set(header))
+                missing = [name for name in columns.names if name not in header]
                 if missing:
-                    yield where, BadInput(where, f"the header row names no column {' or '.join(missing)}")
+                    named, found = (
+                        " or ".join(json.dumps(n) for n in missing),
+                        ", ".join(json.dumps(n) for n in header),
+                    )
+                    yield where, BadInput(where, f"the header row names no column {named} (it names {found})")
                     return
                 continue
             if not any(cell.strip() for cell in record):
                 continue  # a blank line
             cells = dict(zip(header, record, strict=False))
-            yield where, {name: cells.get(name) or None for name in ("id", "text")}
+            yield where, {name: cells.get(name) or None for name in columns.names}
 
 
 class _Fingerprints:

@@ -18,7 +18,7 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from gil_core.batch import Verdict, read_tickets, read_verdicts, ticket_trace_id
+from gil_core.batch import Ticket, TicketColumns, Verdict, read_tickets, read_verdicts, ticket_trace_id
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import ScriptedOpenAIServer, ScriptedReply
 from tests.flows._support import write_task_file
@@ -371,7 +371,57 @@ def test_a_csv_record_past_the_cap_a_line_not_utf8_and_a_header_without_the_colu
     headless = tmp_path / "export.csv"
     headless.write_text("Ticket ID,Description\n1,where is my refund?\n", encoding="utf-8")
     read, bad = read_tickets(headless)
-    assert read == [] and [str(item) for item in bad] == [f"{headless}:1: the header row names no column id or text"]
+    told = f'{headless}:1: the header row names no column "id" or "text" (it names "Ticket ID", "Description")'
+    assert read == [] and [str(item) for item in bad] == [told]
+
+
+def test_a_help_desk_export_resolves_with_its_own_column_names_and_a_subject_and_body_made_one_text(
+    tmp_path: Path,
+) -> None:
+    tickets = tmp_path / "export.csv"
+    tickets.write_text(
+        "Ticket ID,Subject,Description,Agent\n"
+        "4711,Refund,where is my refund?,ann\n"
+        "4712,,where is my refund for order 12?,bo\n"
+        "4713,Refund?,,cy\n"
+        ",Refund,no id,dee\n",
+        encoding="utf-8",
+    )
+    with healthy_server() as server:
+        task = write_task_file(tmp_path, server.base_url)
+        out = tmp_path / "results.jsonl"
+        flags = ["--id-column", "Ticket ID", "--text-column", "Subject", "--text-column", "Description"]
+        code, stdout, stderr = invoke("resolve-batch", str(tickets), "-o", str(out), "-t", str(task), "--json", *flags)
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["resolved"] == 3 and [item.split(": ")[0] for item in summary["bad_lines"]] == [f"{tickets}:5"]
+    assert '"Ticket ID" (a string or a whole number) and "Subject" + "Description"' in summary["bad_lines"][0]
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["4711", "4712", "4713"]
+    read = read_tickets(tickets, columns=TicketColumns("Ticket ID", ("Subject", "Description")))[0]
+    assert [ticket.text for ticket in read] == [
+        "Refund\n\nwhere is my refund?",
+        "where is my refund for order 12?",
+        "Refund?",
+    ]
+    twice = ["--text-column", "Ticket ID", "--id-column", "Ticket ID"]
+    code, _, stderr = invoke("resolve-batch", str(tickets), "-o", str(out), "-t", str(task), *twice)
+    assert code == 2 and "a ticket column is named twice" in stderr
+
+
+def test_the_same_columns_name_a_ticket_in_jsonl_and_parquet(tmp_path: Path) -> None:
+    columns = TicketColumns("number", ("subject", "body"))
+    lines = tmp_path / "tickets.jsonl"
+    write_jsonl(lines, [{"number": 7, "subject": "Refund", "body": "where is it?"}, {"number": 8, "body": 3}])
+    read, bad = read_tickets(lines, columns=columns)
+    assert read == [Ticket("7", "Refund\n\nwhere is it?")] and [item.where for item in bad] == [f"{lines}:2"]
+    table = tmp_path / "tickets.parquet"
+    pl.DataFrame({"number": ["a", "b"], "subject": ["Refund", None], "body": [None, "where is it?"]}).write_parquet(
+        table
+    )
+    assert read_tickets(table, columns=columns) == ([Ticket("a", "Refund"), Ticket("b", "where is it?")], [])
+    assert [str(item) for item in read_tickets(table, columns=TicketColumns("id", ("body",)))[1]] == [
+        f"{table}: missing columns ['id']"
+    ]
 
 
 # -- verdicts -----------------------------------------------------------------------------------------------
