@@ -82,7 +82,15 @@ def resolve_batch_command(
             "naming id and text."
         ),
     ],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Results JSONL (one line per ticket).")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Results JSONL (one line per ticket); .csv or .tsv: a sheet with empty correct and correction "
+            "columns to fill in and give to gil feedback.",
+        ),
+    ],
     task_file_path: TaskFileOption = None,
     concurrency: Annotated[int | None, typer.Option(help="Requests in flight (default: the task file's).")] = None,
     task_runner: Annotated[
@@ -213,7 +221,13 @@ def resolve_batch_command(
 
 @app.command()
 def feedback(
-    verdicts: Annotated[Path, typer.Argument(help="Verdicts JSONL: {trace_id, correct, correction?} per line.")],
+    verdicts: Annotated[
+        Path,
+        typer.Argument(
+            help="Verdicts JSONL: {trace_id, correct, correction?} per line; or CSV (.csv, .tsv) with those columns, "
+            "such as a results sheet filled in (a row with correct empty is passed over)."
+        ),
+    ],
     task_file_path: TaskFileOption = None,
     as_json: JsonOption = False,
 ) -> None:

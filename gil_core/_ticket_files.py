@@ -12,7 +12,7 @@ import hashlib
 import json
 import sys
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 from gil_core.errors import BatchFileError, ConfigurationError
 
 __all__ = [
+    "CSV_DELIMITERS",
     "MAX_LINE_BYTES",
     "BadInput",
     "Ticket",
@@ -105,7 +106,8 @@ class BadInput:
         return f"{self.where}: {self.reason}"
 
 
-_CSV_DELIMITERS = {".csv": ",", ".tsv": "\t"}
+CSV_DELIMITERS = {".csv": ",", ".tsv": "\t"}
+"""The file suffixes read (and results written) as CSV, and their separators."""
 
 
 def iter_tickets(
@@ -126,8 +128,8 @@ def iter_tickets(
     seen = _Fingerprints()
     if path.suffix == ".parquet":
         rows = _parquet_rows(path, columns)
-    elif path.suffix in _CSV_DELIMITERS:
-        rows = _csv_rows(path, max_line_bytes, columns)
+    elif path.suffix in CSV_DELIMITERS:
+        rows = _csv_rows(path, max_line_bytes, columns.names)
     else:
         rows = _json_lines(path, max_line_bytes)
     for where, row in _read_through(path, rows):
@@ -169,12 +171,23 @@ def read_tickets(
     return tickets, bad
 
 
+_YES, _NO = frozenset({"true", "yes", "y", "1", "right"}), frozenset({"false", "no", "n", "0", "wrong"})
+
+
 def read_verdicts(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> tuple[list[Verdict], list[BadInput]]:
-    """Verdicts from JSONL: ``{"trace_id", "correct": true|false, "correction"?}`` per line."""
+    """Verdicts from JSONL: ``{"trace_id", "correct": true|false, "correction"?}`` per line; or from CSV (``.csv``,
+    ``.tsv``) with a header naming ``trace_id`` and ``correct`` (``correction`` optional), as a results file
+    written as CSV is laid out for a person to fill in: ``correct`` is true/false, yes/no, y/n, 1/0 or
+    right/wrong (any case), and a row whose ``correct`` is empty is not yet judged and passed over."""
     if max_line_bytes < 1:
         raise ConfigurationError(f"max_line_bytes must be ≥ 1, got {max_line_bytes}")
+    path = Path(path)
     verdicts, bad = [], []
-    for where, row in _read_through(Path(path), _json_lines(Path(path), max_line_bytes)):
+    if path.suffix in CSV_DELIMITERS:
+        rows = _csv_verdicts(_csv_rows(path, max_line_bytes, ("trace_id", "correct"), ("correction",)))
+    else:
+        rows = _json_lines(path, max_line_bytes)
+    for where, row in _read_through(path, rows):
         if isinstance(row, BadInput):
             bad.append(row)
         elif (
@@ -187,6 +200,21 @@ def read_verdicts(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> 
         else:
             verdicts.append(Verdict(row["trace_id"], row["correct"], row.get("correction")))
     return verdicts, bad
+
+
+def _csv_verdicts(rows: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """CSV verdict rows as JSONL's: ``correct`` read as a truth value; a row not yet judged passed over."""
+    for where, row in rows:
+        if isinstance(row, BadInput):
+            yield where, row
+            continue
+        said = (row["correct"] or "").strip().lower()
+        if not said:
+            continue
+        if said not in _YES | _NO:
+            yield where, BadInput(where, f'"correct" is {row["correct"]!r}: write true or false (or yes/no, 1/0)')
+            continue
+        yield where, {**row, "correct": said in _YES}
 
 
 def count_lines(path: str | Path) -> int:
@@ -339,14 +367,19 @@ class _BoundedLines:
             raise _NotUtf8(exc.start + 1) from None
 
 
-def _csv_rows(path: Path, max_line_bytes: int, columns: TicketColumns) -> Iterator[tuple[str, Any]]:
+def _csv_rows(
+    path: Path, max_line_bytes: int, required: Sequence[str], optional: Sequence[str] = ()
+) -> Iterator[tuple[str, Any]]:
+    """Each record of a CSV file after its header row as ``{name: cell}`` for the ``required`` and ``optional``
+    columns (an empty cell None, a blank record passed over), or a ``BadInput``; a header without a required column
+    is one ``BadInput`` and the end."""
     # A record (which a quoted field may carry over several lines) is held whole at most: ``_BoundedLines`` refuses
     # one past the cap. The csv module's own cap on a field (a setting of the whole process, 128 KiB by default) is
     # raised to that cap, never lowered.
     csv.field_size_limit(max(csv.field_size_limit(), max_line_bytes))
     with path.open("rb") as source:
         lines = _BoundedLines(source, max_line_bytes)
-        records = csv.reader(lines, delimiter=_CSV_DELIMITERS[path.suffix], strict=False)
+        records = csv.reader(lines, delimiter=CSV_DELIMITERS[path.suffix], strict=False)
         header: list[str] | None = None
         while True:
             where = f"{path}:{lines.start()}"
@@ -365,7 +398,7 @@ def _csv_rows(path: Path, max_line_bytes: int, columns: TicketColumns) -> Iterat
                 continue
             if header is None:
                 header = [name.strip() for name in record]
-                missing = [name for name in columns.names if name not in header]
+                missing = [name for name in required if name not in header]
                 if missing:
                     named, found = (
                         " or ".join(json.dumps(n) for n in missing),
@@ -377,7 +410,7 @@ def _csv_rows(path: Path, max_line_bytes: int, columns: TicketColumns) -> Iterat
             if not any(cell.strip() for cell in record):
                 continue  # a blank line
             cells = dict(zip(header, record, strict=False))
-            yield where, {name: cells.get(name) or None for name in columns.names}
+            yield where, {name: cells.get(name) or None for name in (*required, *optional)}
 
 
 class _Fingerprints:

@@ -15,6 +15,7 @@ Verdicts are applied by ``gil_core.batch_feedback``, and what a batch's processe
 from __future__ import annotations
 
 import asyncio
+import csv
 import hashlib
 import itertools
 import json
@@ -27,6 +28,7 @@ from typing import Any
 import polars as pl
 
 from gil_core._ticket_files import (
+    CSV_DELIMITERS,
     MAX_LINE_BYTES,
     BadInput,
     Ticket,
@@ -449,10 +451,13 @@ def write_results(
     store: TelemetryStore, task: TaskDefinition, tickets: BatchReport | Iterable[Ticket], out: str | Path
 ) -> int:
     """Write one result line per ticket that has a trace (stable interface, see README), in ticket order,
-    atomically. ``tickets``: a batch's report (its ``trace_ids``), or the tickets themselves, which may be a
-    stream (``iter_tickets``): their traces are read ``_RESULTS_WINDOW`` at a time, one window held at once. A
-    file that cannot be written (a folder in its place, a full disk) raises ``BatchFileError`` naming it; the file
-    as it was is left."""
+    atomically. To ``.csv`` or ``.tsv``, a sheet for a person to judge instead: a header row, the same fields
+    (the path's nodes joined by `` > ``), then empty ``correct`` and ``correction`` columns, which make the file a
+    verdicts file once filled in (``read_verdicts``); UTF-8 with a byte order mark, which spreadsheets read by.
+    ``tickets``: a batch's report (its ``trace_ids``), or the tickets themselves, which may be a stream
+    (``iter_tickets``): their traces are read ``_RESULTS_WINDOW`` at a time, one window held at once. A file that
+    cannot be written (a folder in its place, a full disk) raises ``BatchFileError`` naming it; the file as it was
+    is left."""
     pairs: Iterable[tuple[str, str]] = (
         tickets.trace_ids.items()
         if isinstance(tickets, BatchReport)
@@ -460,19 +465,40 @@ def write_results(
     )
     written = 0
     source = iter(pairs)
+    delimiter = CSV_DELIMITERS.get(Path(out).suffix)
     try:
         with atomic_open(out) as handle:
+            sheet = None
+            if delimiter is not None:
+                handle.write("\ufeff")
+                sheet = csv.writer(handle, delimiter=delimiter, lineterminator="\n")
+                sheet.writerow([*_RESULT_FIELDS, "correct", "correction"])
             while part := list(itertools.islice(source, _RESULTS_WINDOW)):
                 rows = _result_rows(store, [trace_id for _, trace_id in part])
                 for ticket_id, trace_id in part:
                     row = rows.get(trace_id)
-                    if row is not None:
-                        handle.write(json.dumps(_result_line(task, ticket_id, trace_id, row), ensure_ascii=False))
-                        handle.write("\n")
-                        written += 1
+                    if row is None:
+                        continue
+                    line = _result_line(task, ticket_id, trace_id, row)
+                    if sheet is None:
+                        handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+                    else:
+                        sheet.writerow([*(_sheet_cell(line[field]) for field in _RESULT_FIELDS), "", ""])
+                    written += 1
     except OSError as exc:  # the store's own failures are TelemetryErrors already: this is the results file's
         raise BatchFileError(f"cannot write the results ({type(exc).__name__}: {exc})", path=str(out)) from exc
     return written
+
+
+_RESULT_FIELDS = ("id", "trace_id", "mode", "output", "option_id", "confidence", "energy", "path", "failure")
+
+
+def _sheet_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return " > ".join(str(item) for item in value)
+    return str(value)
 
 
 def _result_rows(store: TelemetryStore, trace_ids: list[str]) -> dict[str, dict[str, Any]]:

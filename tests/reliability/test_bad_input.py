@@ -5,6 +5,8 @@ well-defined outcome (a bad ticket or verdict is reported and the rest of the fi
 from __future__ import annotations
 
 import codecs
+import csv
+import io
 import json
 import math
 import re
@@ -425,6 +427,40 @@ def test_the_same_columns_name_a_ticket_in_jsonl_and_parquet(tmp_path: Path) -> 
 
 
 # -- verdicts -----------------------------------------------------------------------------------------------
+
+
+def test_results_as_a_sheet_filled_in_by_a_person_are_a_verdicts_file(tmp_path: Path) -> None:
+    # tickets.csv → results.csv (empty correct and correction columns) → a person fills some rows in → gil feedback
+    tickets = tmp_path / "tickets.csv"
+    tickets.write_text("id,text\na,where is my refund?\nb,where is my refund please?\nc,refund?\nd,hi\n")
+    with healthy_server() as server:
+        task = write_task_file(tmp_path, server.base_url)
+        sheet = tmp_path / "results.csv"
+        code, _, stderr = invoke("resolve-batch", str(tickets), "-o", str(sheet), "-t", str(task), "--json")
+        assert code == 0, stderr
+        assert sheet.read_bytes().startswith(codecs.BOM_UTF8)
+        header, *rows = list(csv.reader(io.StringIO(sheet.read_text(encoding="utf-8-sig"))))
+        assert header[:2] == ["id", "trace_id"] and header[-2:] == ["correct", "correction"]
+        assert [row[0] for row in rows] == ["a", "b", "c", "d"] and all(row[-2:] == ["", ""] for row in rows)
+        assert " > " in rows[0][header.index("path")]  # the nodes, in order
+        judged = {"a": ("yes", ""), "b": ("No", "Refunds take 5 days."), "c": ("maybe", ""), "d": ("", "")}
+        verdicts = tmp_path / "verdicts.csv"
+        with verdicts.open("w", encoding="utf-8", newline="") as filled:  # as a spreadsheet saves it
+            csv.writer(filled).writerows([header, *([*row[:-2], *judged[row[0]]] for row in rows)])
+        code, stdout, stderr = invoke("feedback", str(verdicts), "-t", str(task), "--json")
+    assert code == 0, stderr
+    applied = json.loads(stdout)
+    assert applied["applied"] == 2 and [line.split(": ")[0] for line in applied["bad_lines"]] == [f"{verdicts}:4"]
+    assert "'maybe'" in applied["bad_lines"][0]  # row d, not judged, is passed over
+    stored = TelemetryStore(tmp_path / "store").read("traces").sort("trace_id")
+    by_id = {ticket_trace_id("support", t): t for t in "abcd"}
+    got = {
+        by_id[row["trace_id"]]: (row["feedback_verdict"], row["feedback_correction"])
+        for row in stored.iter_rows(named=True)
+    }
+    assert got == {
+        "a": ("correct", None), "b": ("wrong", "Refunds take 5 days."), "c": (None, None), "d": (None, None),
+    }  # fmt: skip
 
 
 def test_verdicts_for_unknown_traces_and_bad_lines_are_named_and_the_rest_apply(tmp_path: Path) -> None:
