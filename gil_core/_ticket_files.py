@@ -178,7 +178,8 @@ def read_verdicts(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> 
     """Verdicts from JSONL: ``{"trace_id", "correct": true|false, "correction"?}`` per line; or from CSV (``.csv``,
     ``.tsv``) with a header naming ``trace_id`` and ``correct`` (``correction`` optional), as a results file
     written as CSV is laid out for a person to fill in: ``correct`` is true/false, yes/no, y/n, 1/0 or
-    right/wrong (any case), and a row whose ``correct`` is empty is not yet judged and passed over."""
+    right/wrong (any case); a row whose ``correct`` is empty is not yet judged and passed over, unless it holds a
+    correction, which makes it wrong; one marked right that holds a correction is a bad line."""
     if max_line_bytes < 1:
         raise ConfigurationError(f"max_line_bytes must be ≥ 1, got {max_line_bytes}")
     path = Path(path)
@@ -209,12 +210,17 @@ def _csv_verdicts(rows: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
             yield where, row
             continue
         said = (row["correct"] or "").strip().lower()
+        corrected = bool((row.get("correction") or "").strip())
+        if not said and corrected:
+            said = "wrong"  # a correction written in: the answer was wrong
         if not said:
             continue
         if said not in _YES | _NO:
             yield where, BadInput(where, f'"correct" is {row["correct"]!r}: write true or false (or yes/no, 1/0)')
-            continue
-        yield where, {**row, "correct": said in _YES}
+        elif said in _YES and corrected:
+            yield where, BadInput(where, '"correct" says right and a correction is written: keep one of them')
+        else:
+            yield where, {**row, "correct": said in _YES}
 
 
 def count_lines(path: str | Path) -> int:

@@ -432,7 +432,9 @@ def test_the_same_columns_name_a_ticket_in_jsonl_and_parquet(tmp_path: Path) -> 
 def test_results_as_a_sheet_filled_in_by_a_person_are_a_verdicts_file(tmp_path: Path) -> None:
     # tickets.csv → results.csv (empty correct and correction columns) → a person fills some rows in → gil feedback
     tickets = tmp_path / "tickets.csv"
-    tickets.write_text("id,text\na,where is my refund?\nb,where is my refund please?\nc,refund?\nd,hi\n")
+    tickets.write_text(
+        "id,text\na,where is my refund?\nb,where is my refund please?\nc,refund?\nd,hi\ne,refund\nf,hello\n"
+    )
     with healthy_server() as server:
         task = write_task_file(tmp_path, server.base_url)
         sheet = tmp_path / "results.csv"
@@ -441,25 +443,29 @@ def test_results_as_a_sheet_filled_in_by_a_person_are_a_verdicts_file(tmp_path: 
         assert sheet.read_bytes().startswith(codecs.BOM_UTF8)
         header, *rows = list(csv.reader(io.StringIO(sheet.read_text(encoding="utf-8-sig"))))
         assert header[:2] == ["id", "trace_id"] and header[-2:] == ["correct", "correction"]
-        assert [row[0] for row in rows] == ["a", "b", "c", "d"] and all(row[-2:] == ["", ""] for row in rows)
+        assert [row[0] for row in rows] == list("abcdef") and all(row[-2:] == ["", ""] for row in rows)
         assert " > " in rows[0][header.index("path")]  # the nodes, in order
         judged = {"a": ("yes", ""), "b": ("No", "Refunds take 5 days."), "c": ("maybe", ""), "d": ("", "")}
+        judged |= {"e": ("", "Refunds take 7 days."), "f": ("Y", "Refunds take 9 days.")}  # a correction alone: wrong
         verdicts = tmp_path / "verdicts.csv"
         with verdicts.open("w", encoding="utf-8", newline="") as filled:  # as a spreadsheet saves it
             csv.writer(filled).writerows([header, *([*row[:-2], *judged[row[0]]] for row in rows)])
         code, stdout, stderr = invoke("feedback", str(verdicts), "-t", str(task), "--json")
     assert code == 0, stderr
     applied = json.loads(stdout)
-    assert applied["applied"] == 2 and [line.split(": ")[0] for line in applied["bad_lines"]] == [f"{verdicts}:4"]
+    assert applied["applied"] == 3
+    assert [line.split(": ")[0] for line in applied["bad_lines"]] == [f"{verdicts}:4", f"{verdicts}:7"]
     assert "'maybe'" in applied["bad_lines"][0]  # row d, not judged, is passed over
+    assert "keep one of them" in applied["bad_lines"][1]  # marked right, and corrected
     stored = TelemetryStore(tmp_path / "store").read("traces").sort("trace_id")
-    by_id = {ticket_trace_id("support", t): t for t in "abcd"}
+    by_id = {ticket_trace_id("support", t): t for t in "abcdef"}
     got = {
         by_id[row["trace_id"]]: (row["feedback_verdict"], row["feedback_correction"])
         for row in stored.iter_rows(named=True)
     }
     assert got == {
         "a": ("correct", None), "b": ("wrong", "Refunds take 5 days."), "c": (None, None), "d": (None, None),
+        "e": ("wrong", "Refunds take 7 days."), "f": (None, None),
     }  # fmt: skip
 
 
