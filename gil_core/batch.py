@@ -452,30 +452,34 @@ def write_results(
 ) -> int:
     """Write one result line per ticket that has a trace (stable interface, see README), in ticket order,
     atomically. To ``.csv`` or ``.tsv``, a sheet for a person to judge instead: a header row, the same fields
-    (the path's nodes joined by `` > ``), then empty ``correct`` and ``correction`` columns, which make the file a
-    verdicts file once filled in (``read_verdicts``); UTF-8 with a byte order mark, which spreadsheets read by.
+    (the path's nodes joined by `` > ``), the request's ``text`` when ``tickets`` are the tickets and the task
+    records its requests (not ``do_not_record``), then empty ``correct`` and ``correction`` columns, which make
+    the file a verdicts file once filled in (``read_verdicts``); UTF-8 with a byte order mark, which spreadsheets
+    read by.
     ``tickets``: a batch's report (its ``trace_ids``), or the tickets themselves, which may be a stream
     (``iter_tickets``): their traces are read ``_RESULTS_WINDOW`` at a time, one window held at once. A file that
     cannot be written (a folder in its place, a full disk) raises ``BatchFileError`` naming it; the file as it was
     is left."""
-    pairs: Iterable[tuple[str, str]] = (
-        tickets.trace_ids.items()
+    triples: Iterable[tuple[str, str, str | None]] = (
+        ((ticket_id, trace_id, None) for ticket_id, trace_id in tickets.trace_ids.items())
         if isinstance(tickets, BatchReport)
-        else ((ticket.id, ticket_trace_id(task.name, ticket.id)) for ticket in tickets)
+        else ((ticket.id, ticket_trace_id(task.name, ticket.id), ticket.text) for ticket in tickets)
     )
     written = 0
-    source = iter(pairs)
+    source = iter(triples)
     delimiter = CSV_DELIMITERS.get(Path(out).suffix)
+    texts = not isinstance(tickets, BatchReport) and not task.policy.do_not_record
+    fields = (*_RESULT_FIELDS[:4], "text", *_RESULT_FIELDS[4:]) if texts else _RESULT_FIELDS
     try:
         with atomic_open(out) as handle:
             sheet = None
             if delimiter is not None:
                 handle.write("\ufeff")
                 sheet = csv.writer(handle, delimiter=delimiter, lineterminator="\n")
-                sheet.writerow([*_RESULT_FIELDS, "correct", "correction"])
+                sheet.writerow([*fields, "correct", "correction"])
             while part := list(itertools.islice(source, _RESULTS_WINDOW)):
-                rows = _result_rows(store, [trace_id for _, trace_id in part])
-                for ticket_id, trace_id in part:
+                rows = _result_rows(store, [trace_id for _, trace_id, _ in part])
+                for ticket_id, trace_id, text in part:
                     row = rows.get(trace_id)
                     if row is None:
                         continue
@@ -483,7 +487,8 @@ def write_results(
                     if sheet is None:
                         handle.write(json.dumps(line, ensure_ascii=False) + "\n")
                     else:
-                        sheet.writerow([*(_sheet_cell(line[field]) for field in _RESULT_FIELDS), "", ""])
+                        line["text"] = text
+                        sheet.writerow([*(_sheet_cell(line[field]) for field in fields), "", ""])
                     written += 1
     except OSError as exc:  # the store's own failures are TelemetryErrors already: this is the results file's
         raise BatchFileError(f"cannot write the results ({type(exc).__name__}: {exc})", path=str(out)) from exc

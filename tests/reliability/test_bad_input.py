@@ -429,6 +429,18 @@ def test_the_same_columns_name_a_ticket_in_jsonl_and_parquet(tmp_path: Path) -> 
 # -- verdicts -----------------------------------------------------------------------------------------------
 
 
+def test_a_sheet_of_a_do_not_record_task_leaves_the_requests_out(tmp_path: Path) -> None:
+    tickets = tmp_path / "tickets.csv"
+    tickets.write_text("id,text\na,my card number is 4111 and where is my refund?\n")
+    with healthy_server() as server:
+        task = write_task_file(tmp_path, server.base_url, do_not_record=True)
+        sheet = tmp_path / "results.csv"
+        code, _, stderr = invoke("resolve-batch", str(tickets), "-o", str(sheet), "-t", str(task), "--json")
+    assert code == 0, stderr
+    header, row = list(csv.reader(io.StringIO(sheet.read_text(encoding="utf-8-sig"))))
+    assert "text" not in header and row[0] == "a" and "4111" not in sheet.read_text(encoding="utf-8-sig")
+
+
 def test_results_as_a_sheet_filled_in_by_a_person_are_a_verdicts_file(tmp_path: Path) -> None:
     # tickets.csv → results.csv (empty correct and correction columns) → a person fills some rows in → gil feedback
     tickets = tmp_path / "tickets.csv"
@@ -445,6 +457,7 @@ def test_results_as_a_sheet_filled_in_by_a_person_are_a_verdicts_file(tmp_path: 
         assert header[:2] == ["id", "trace_id"] and header[-2:] == ["correct", "correction"]
         assert [row[0] for row in rows] == list("abcdef") and all(row[-2:] == ["", ""] for row in rows)
         assert " > " in rows[0][header.index("path")]  # the nodes, in order
+        assert [row[header.index("text")] for row in rows][:2] == ["where is my refund?", "where is my refund please?"]
         judged = {"a": ("yes", ""), "b": ("No", "Refunds take 5 days."), "c": ("maybe", ""), "d": ("", "")}
         judged |= {"e": ("", "Refunds take 7 days."), "f": ("Y", "Refunds take 9 days.")}  # a correction alone: wrong
         verdicts = tmp_path / "verdicts.csv"
