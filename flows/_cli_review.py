@@ -101,11 +101,21 @@ def queue_command(
             "learned judge's rules read precision from.",
         ),
     ] = 0.3,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Also write the queue as a sheet (.csv or .tsv) with empty correct and correction columns: filled "
+            "in, give it to gil feedback.",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Ask for the verdicts that would teach the learned judge most: unconfirmed answers where it is least sure,
     requests far from anything confirmed, nodes close to being proven or withdrawn; a share drawn at random.
     Prints the queue and records it as issued (an answer is asked about once). Answer it with `gil feedback`."""
+    from gil_core.batch import CSV_DELIMITERS, write_sheet
     from gil_core.runtime import issue_task_queue
 
     loaded = task_file(task_file_path)
@@ -113,8 +123,18 @@ def queue_command(
         raise fail(f"--size: at least 1, got {size}")
     if not 0.0 <= random_share <= 1.0:
         raise fail(f"--random-share: a share between 0 and 1, got {random_share}")
+    if out is not None and out.suffix not in CSV_DELIMITERS:
+        raise fail(f"--out: a sheet is written to .csv or .tsv, got {out.name!r}")  # before the queue is issued
     queue = run(issue_task_queue(loaded, size=size, random_share=random_share))
     data = queue.to_json()
+    if out is not None:
+        header = ("trace_id", "request", "answer", "chosen", "why", "score")
+        rows = (
+            (item.trace_id, item.request, item.answer, item.chosen_by, item.teaching.why, f"{item.teaching.score:.3f}")
+            for item in queue.items
+        )
+        data["out"] = str(out)
+        data["written"] = guarded(lambda: write_sheet(out, header, rows))
 
     def render() -> None:
         # Eligible: unconfirmed and not issued before (an answer is asked about once).
@@ -133,5 +153,7 @@ def queue_command(
             )
         console.print(table)
         console.print(f"recorded as issued (queue {queue.queue_id})")
+        if out is not None:
+            console.print(f"wrote {out}: fill in correct (and correction where wrong), then gil feedback {out}")
 
     emit(data, as_json, render)

@@ -15,7 +15,6 @@ Verdicts are applied by ``gil_core.batch_feedback``, and what a batch's processe
 from __future__ import annotations
 
 import asyncio
-import csv
 import hashlib
 import itertools
 import json
@@ -38,6 +37,7 @@ from gil_core._ticket_files import (
     iter_tickets,
     read_tickets,
     read_verdicts,
+    write_sheet,
 )
 from gil_core.atomic import atomic_open
 from gil_core.batch_feedback import FeedbackReport, apply_verdicts
@@ -50,6 +50,7 @@ from gil_core.tasks import TaskDefinition
 from gil_core.telemetry import TelemetryStore
 
 __all__ = [
+    "CSV_DELIMITERS",
     "MAX_LINE_BYTES",
     "WINDOW",
     "BadInput",
@@ -73,6 +74,7 @@ __all__ = [
     "ticket_trace_id",
     "traced_among",
     "write_results",
+    "write_sheet",
 ]
 
 Progress = Callable[[int, int], None]
@@ -465,45 +467,37 @@ def write_results(
         if isinstance(tickets, BatchReport)
         else ((ticket.id, ticket_trace_id(task.name, ticket.id), ticket.text) for ticket in tickets)
     )
+    lines = _result_lines(store, task, triples)
+    if Path(out).suffix in CSV_DELIMITERS:
+        texts = not isinstance(tickets, BatchReport) and not task.policy.do_not_record
+        fields = (*_RESULT_FIELDS[:4], "text", *_RESULT_FIELDS[4:]) if texts else _RESULT_FIELDS
+        return write_sheet(out, fields, ([line.get(field) for field in fields] for line in lines))
     written = 0
-    source = iter(triples)
-    delimiter = CSV_DELIMITERS.get(Path(out).suffix)
-    texts = not isinstance(tickets, BatchReport) and not task.policy.do_not_record
-    fields = (*_RESULT_FIELDS[:4], "text", *_RESULT_FIELDS[4:]) if texts else _RESULT_FIELDS
     try:
         with atomic_open(out) as handle:
-            sheet = None
-            if delimiter is not None:
-                handle.write("\ufeff")
-                sheet = csv.writer(handle, delimiter=delimiter, lineterminator="\n")
-                sheet.writerow([*fields, "correct", "correction"])
-            while part := list(itertools.islice(source, _RESULTS_WINDOW)):
-                rows = _result_rows(store, [trace_id for _, trace_id, _ in part])
-                for ticket_id, trace_id, text in part:
-                    row = rows.get(trace_id)
-                    if row is None:
-                        continue
-                    line = _result_line(task, ticket_id, trace_id, row)
-                    if sheet is None:
-                        handle.write(json.dumps(line, ensure_ascii=False) + "\n")
-                    else:
-                        line["text"] = text
-                        sheet.writerow([*(_sheet_cell(line[field]) for field in fields), "", ""])
-                    written += 1
+            for line in lines:
+                handle.write(json.dumps({k: v for k, v in line.items() if k != "text"}, ensure_ascii=False) + "\n")
+                written += 1
     except OSError as exc:  # the store's own failures are TelemetryErrors already: this is the results file's
         raise BatchFileError(f"cannot write the results ({type(exc).__name__}: {exc})", path=str(out)) from exc
     return written
 
 
+def _result_lines(
+    store: TelemetryStore, task: TaskDefinition, triples: Iterable[tuple[str, str, str | None]]
+) -> Iterator[dict[str, Any]]:
+    """The result line of each (ticket id, trace id, text) that has a trace, in order, the text beside it; the
+    traces read ``_RESULTS_WINDOW`` at a time."""
+    source = iter(triples)
+    while part := list(itertools.islice(source, _RESULTS_WINDOW)):
+        rows = _result_rows(store, [trace_id for _, trace_id, _ in part])
+        for ticket_id, trace_id, text in part:
+            row = rows.get(trace_id)
+            if row is not None:
+                yield {**_result_line(task, ticket_id, trace_id, row), "text": text}
+
+
 _RESULT_FIELDS = ("id", "trace_id", "mode", "output", "option_id", "confidence", "energy", "path", "failure")
-
-
-def _sheet_cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, list):
-        return " > ".join(str(item) for item in value)
-    return str(value)
 
 
 def _result_rows(store: TelemetryStore, trace_ids: list[str]) -> dict[str, dict[str, Any]]:

@@ -4,6 +4,8 @@ read back by the learned judge's log per verdict."""
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import json
 from collections import Counter
 from pathlib import Path
@@ -68,6 +70,32 @@ def test_queue_cli_prints_json_and_records_the_queue_as_issued(tmp_path: Path) -
         assert "┏" not in done.stdout  # no empty table
         refused = runner.invoke(app, ["review", "queue", "-t", str(path), "--random-share", "1.5"])
         assert refused.exit_code == 2 and "--random-share" in refused.output
+
+
+def test_the_queue_as_a_sheet_filled_in_goes_back_through_gil_feedback_as_the_queue_s_verdicts(tmp_path: Path) -> None:
+    with bad_model() as server:
+        path = store_with_unconfirmed(tmp_path, server.base_url)
+        refused = runner.invoke(app, ["review", "queue", "-t", str(path), "-o", str(tmp_path / "queue.xlsx")])
+        assert refused.exit_code == 2 and ".csv or .tsv" in refused.output
+        sheet = tmp_path / "queue.csv"
+        result = runner.invoke(app, ["review", "queue", "-t", str(path), "--size", "4", "-o", str(sheet), "--json"])
+        assert result.exit_code == 0, result.output
+        queue = json.loads(result.stdout)
+        assert queue["written"] == 4
+        header, *rows = list(csv.reader(io.StringIO(sheet.read_text(encoding="utf-8-sig"))))
+        assert header == ["trace_id", "request", "answer", "chosen", "why", "score", "correct", "correction"]
+        assert [row[0] for row in rows] == [item["trace_id"] for item in queue["items"]]
+        assert [row[1] for row in rows] == [item["request"] for item in queue["items"]]
+        with sheet.open("w", encoding="utf-8", newline="") as filled:  # a person judges the first two
+            csv.writer(filled).writerows(
+                [header, *([*row[:6], "yes" if i < 2 else "", ""] for i, row in enumerate(rows))]
+            )
+        given = runner.invoke(app, ["feedback", str(sheet), "-t", str(path), "--json"])
+    assert given.exit_code == 0, given.output
+    assert json.loads(given.stdout)["applied"] == 2
+    traces = TelemetryStore(tmp_path / "store").read("traces")
+    judged = dict(zip(traces["trace_id"], traces["feedback_verdict"], strict=True))
+    assert [judged[row[0]] for row in rows] == ["correct", "correct", None, None]
 
 
 def test_queue_flow_publishes_the_queue_as_a_table_artifact(tmp_path: Path, prefect_harness: None) -> None:
