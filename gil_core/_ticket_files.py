@@ -209,8 +209,9 @@ def write_sheet(out: str | Path, header: Sequence[str], rows: Iterable[Sequence[
     """Write ``rows`` under ``header`` as a sheet for a person (``.csv``, or ``.tsv`` for tabs), atomically, with
     empty ``correct`` and ``correction`` columns after them: filled in, it is a verdicts file (``read_verdicts``)
     when its columns hold ``trace_id``. UTF-8 with a byte order mark, which spreadsheets read by; None an empty
-    cell, a list its items joined by `` > ``. How many rows it wrote; a file that cannot be written raises
-    ``BatchFileError`` naming it, the file as it was left."""
+    cell, a list its items joined by `` > ``, text a spreadsheet would run as a formula after an apostrophe. How
+    many rows it wrote; a file that cannot be written raises ``BatchFileError`` naming it, the file as it was
+    left."""
     delimiter = CSV_DELIMITERS.get(Path(out).suffix)
     if delimiter is None:
         raise BatchFileError(
@@ -230,12 +231,21 @@ def write_sheet(out: str | Path, header: Sequence[str], rows: Iterable[Sequence[
     return written
 
 
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _sheet_cell(value: Any) -> str:
+    """A value as a sheet shows it. Text that a spreadsheet would take for a formula (a request is anyone's text:
+    ``=HYPERLINK(…)`` runs when the sheet is opened) is written after an apostrophe, which shows it as text."""
     if value is None:
         return ""
     if isinstance(value, list | tuple):
-        return " > ".join(str(item) for item in value)
-    return str(value)
+        text = " > ".join(str(item) for item in value)
+    elif isinstance(value, str):
+        text = value
+    else:
+        return str(value)
+    return "'" + text if text.startswith(_FORMULA_STARTS) else text
 
 
 def _csv_verdicts(rows: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:

