@@ -423,14 +423,20 @@ def _csv_rows(
 ) -> Iterator[tuple[str, Any]]:
     """Each record of a CSV file after its header row as ``{name: cell}`` for the ``required`` and ``optional``
     columns (an empty cell None, a blank record passed over), or a ``BadInput``; a header without a required column
-    is one ``BadInput`` and the end."""
+    is one ``BadInput`` and the end. A ``.csv`` file whose header row holds more semicolons than commas is read as
+    separated by semicolons: what spreadsheets save where a comma is the decimal mark."""
     # A record (which a quoted field may carry over several lines) is held whole at most: ``_BoundedLines`` refuses
     # one past the cap. The csv module's own cap on a field (a setting of the whole process, 128 KiB by default) is
     # raised to that cap, never lowered.
     csv.field_size_limit(max(csv.field_size_limit(), max_line_bytes))
     with path.open("rb") as source:
+        delimiter = CSV_DELIMITERS[path.suffix]
+        if delimiter == ",":
+            first = source.readline(max_line_bytes + 1)
+            delimiter = ";" if first.count(b";") > first.count(b",") else ","
+            source.seek(0)
         lines = _BoundedLines(source, max_line_bytes)
-        records = csv.reader(lines, delimiter=CSV_DELIMITERS[path.suffix], strict=False)
+        records = csv.reader(lines, delimiter=delimiter, strict=False)
         header: list[str] | None = None
         while True:
             where = f"{path}:{lines.start()}"

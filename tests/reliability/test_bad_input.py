@@ -477,8 +477,9 @@ def test_results_as_a_sheet_filled_in_by_a_person_are_a_verdicts_file(tmp_path: 
         judged = {"a": ("yes", ""), "b": ("No", "Refunds take 5 days."), "c": ("maybe", ""), "d": ("", "")}
         judged |= {"e": ("", "Refunds take 7 days."), "f": ("Y", "Refunds take 9 days.")}  # a correction alone: wrong
         verdicts = tmp_path / "verdicts.csv"
-        with verdicts.open("w", encoding="utf-8", newline="") as filled:  # as a spreadsheet saves it
-            csv.writer(filled).writerows([header, *([*row[:-2], *judged[row[0]]] for row in rows)])
+        # As a spreadsheet saves it where a comma is the decimal mark: semicolons, a byte order mark, CRLF.
+        with verdicts.open("w", encoding="utf-8-sig", newline="") as filled:
+            csv.writer(filled, delimiter=";").writerows([header, *([*row[:-2], *judged[row[0]]] for row in rows)])
         code, stdout, stderr = invoke("feedback", str(verdicts), "-t", str(task), "--json")
     assert code == 0, stderr
     applied = json.loads(stdout)
