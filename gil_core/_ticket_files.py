@@ -448,7 +448,8 @@ def _csv_rows(
                 yield where, BadInput(where, f"the record is longer than {_cap(max_line_bytes)}")
                 continue
             except _NotUtf8 as exc:
-                yield where, BadInput(where, f"not UTF-8 (byte {exc.offset} of a line of the record)")
+                said = f"not UTF-8 (byte {exc.offset} of a line of the record): save the file as UTF-8 (CSV UTF-8)"
+                yield where, BadInput(where, said)
                 continue
             except csv.Error as exc:
                 yield where, BadInput(where, f"not CSV ({exc})")

@@ -369,6 +369,7 @@ def test_a_csv_record_past_the_cap_a_line_not_utf8_and_a_header_without_the_colu
     read, bad = read_tickets(tickets, max_line_bytes=1000)
     assert [str(item).split(": ")[0] for item in bad] == [f"{tickets}:2", f"{tickets}:5"]
     assert "longer than 1,000 bytes" in bad[0].reason and "not UTF-8" in bad[1].reason
+    assert bad[1].reason.endswith("save the file as UTF-8 (CSV UTF-8)")  # how a spreadsheet names the fix
     assert [ticket.id for ticket in read] == ["b", "d"]
     headless = tmp_path / "export.csv"
     headless.write_text("Ticket ID,Description\n1,where is my refund?\n", encoding="utf-8")
