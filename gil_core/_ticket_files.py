@@ -76,15 +76,14 @@ class TicketColumns:
         return f"{json.dumps(self.id)} (a string or a whole number) and {texts} (a string)"
 
     def ticket_fields(self, row: dict[str, Any]) -> dict[str, Any]:
-        """``row`` (by the file's own names) as ``{"id", "text"}``; the text None when no text column holds a string
-        with something in it, and a non-string there left for the check to refuse."""
+        """``row`` (by the file's own names) as ``{"id", "text"}``; the text None (which the check refuses) when no
+        text column holds a string with something in it, or one holds something other than a string."""
         if len(self.text) == 1:
             return {"id": row.get(self.id), "text": row.get(self.text[0])}
         parts = [row.get(name) for name in self.text]
-        if any(part is not None and not isinstance(part, str) for part in parts):
-            return {"id": row.get(self.id), "text": next(p for p in parts if p is not None and not isinstance(p, str))}
         texts = [part.strip() for part in parts if isinstance(part, str) and part.strip()]
-        return {"id": row.get(self.id), "text": "\n\n".join(texts) if texts else None}
+        typed = all(part is None or isinstance(part, str) for part in parts)
+        return {"id": row.get(self.id), "text": "\n\n".join(texts) if texts and typed else None}
 
 
 DEFAULT_COLUMNS = TicketColumns()
@@ -134,11 +133,12 @@ def iter_tickets(
         rows = _csv_rows(path, max_line_bytes, columns.names)
     else:
         rows = _json_lines(path, max_line_bytes)
+    renamed = columns != DEFAULT_COLUMNS
     for where, row in _read_through(path, rows):
         if isinstance(row, BadInput):
             yield row
             continue
-        if isinstance(row, dict) and columns != DEFAULT_COLUMNS:
+        if renamed and isinstance(row, dict):
             row = columns.ticket_fields(row)
         if (
             not isinstance(row, dict)

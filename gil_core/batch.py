@@ -471,12 +471,13 @@ def write_results(
     if Path(out).suffix in CSV_DELIMITERS:
         texts = not isinstance(tickets, BatchReport) and not task.policy.do_not_record
         fields = (*_RESULT_FIELDS[:4], "text", *_RESULT_FIELDS[4:]) if texts else _RESULT_FIELDS
-        return write_sheet(out, fields, ([line.get(field) for field in fields] for line in lines))
+        rows = ([text if field == "text" else line[field] for field in fields] for line, text in lines)
+        return write_sheet(out, fields, rows)
     written = 0
     try:
         with atomic_open(out) as handle:
-            for line in lines:
-                handle.write(json.dumps({k: v for k, v in line.items() if k != "text"}, ensure_ascii=False) + "\n")
+            for line, _ in lines:
+                handle.write(json.dumps(line, ensure_ascii=False) + "\n")
                 written += 1
     except OSError as exc:  # the store's own failures are TelemetryErrors already: this is the results file's
         raise BatchFileError(f"cannot write the results ({type(exc).__name__}: {exc})", path=str(out)) from exc
@@ -485,16 +486,16 @@ def write_results(
 
 def _result_lines(
     store: TelemetryStore, task: TaskDefinition, triples: Iterable[tuple[str, str, str | None]]
-) -> Iterator[dict[str, Any]]:
-    """The result line of each (ticket id, trace id, text) that has a trace, in order, the text beside it; the
-    traces read ``_RESULTS_WINDOW`` at a time."""
+) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """The result line of each (ticket id, trace id, text) that has a trace, in order, with its text; the traces
+    read ``_RESULTS_WINDOW`` at a time."""
     source = iter(triples)
     while part := list(itertools.islice(source, _RESULTS_WINDOW)):
         rows = _result_rows(store, [trace_id for _, trace_id, _ in part])
         for ticket_id, trace_id, text in part:
             row = rows.get(trace_id)
             if row is not None:
-                yield {**_result_line(task, ticket_id, trace_id, row), "text": text}
+                yield _result_line(task, ticket_id, trace_id, row), text
 
 
 _RESULT_FIELDS = ("id", "trace_id", "mode", "output", "option_id", "confidence", "energy", "path", "failure")

@@ -5,6 +5,7 @@ saved per batch (``telemetry.savings``)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 from gil_core.learned import LearnedState, describe_nodes
@@ -41,8 +42,7 @@ def decider_table(stats: Stats) -> list[dict[str, Any]]:
 def refusal_table(stats: Stats) -> list[dict[str, Any]]:
     """One row per check that took memory hits back (``Stats.memory_refused``): the hits, how many were judged,
     how many memory would have got wrong, how many the rest of the way got right."""
-    rows: list[dict[str, Any]] = stats.to_json()["memory_refused"]
-    return rows
+    return [asdict(item) for item in stats.memory_refused]
 
 
 def stats_markdown(stats: Stats) -> str:
