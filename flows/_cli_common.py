@@ -41,6 +41,14 @@ TaskFileOption = Annotated[
     typer.Option("--task-file", "-t", help="Task file (YAML). Default: $GIL_TASK_FILE, else ./gil.yaml."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for programs instead of tables.")]
+EncodingOption = Annotated[
+    str,
+    typer.Option(
+        "--encoding",
+        help="The encoding a JSONL or CSV file was saved in, when not UTF-8: cp949 or cp1252, say (a spreadsheet's "
+        "legacy CSV).",
+    ),
+]
 
 
 def fail(message: str) -> typer.Exit:

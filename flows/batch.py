@@ -28,6 +28,7 @@ from gil_core.batch import (
     pending_chunks,
     read_verdicts,
     resolve_batch,
+    text_encoding,
     write_results,
 )
 from gil_core.batch_feedback import apply_verdicts
@@ -43,10 +44,15 @@ from gil_core.telemetry.savings import compute_savings
 
 
 def valid_tickets(
-    tickets_path: str, max_line_bytes: int, on_bad: list[BadInput] | None = None, columns: TicketColumns | None = None
+    tickets_path: str,
+    max_line_bytes: int,
+    on_bad: list[BadInput] | None = None,
+    columns: TicketColumns | None = None,
+    encoding: str = "utf-8",
 ) -> Iterator[Ticket]:
     """The valid tickets of the file, streamed; its bad lines go to ``on_bad`` (when given) and the run's log."""
-    for item in iter_tickets(tickets_path, max_line_bytes=max_line_bytes, columns=columns or TicketColumns()):
+    columns = columns or TicketColumns()
+    for item in iter_tickets(tickets_path, max_line_bytes=max_line_bytes, columns=columns, encoding=encoding):
         if isinstance(item, Ticket):
             yield item
         elif on_bad is not None:
@@ -61,6 +67,7 @@ def plan_batch(
     workers: int,
     max_line_bytes: int = MAX_LINE_BYTES,
     columns: TicketColumns | None = None,
+    encoding: str = "utf-8",
 ) -> tuple[list[int], int, list[BadInput]]:
     """The sizes of the chunks of tickets still without a trace (one chunk without parallel workers, unless it
     would pass ``chunk_sizes``' bound), how many valid tickets the file holds, and its bad lines. The file is
@@ -72,7 +79,7 @@ def plan_batch(
 
     def counted() -> Iterator[Ticket]:
         nonlocal valid
-        for ticket in valid_tickets(tickets_path, max_line_bytes, bad, columns):
+        for ticket in valid_tickets(tickets_path, max_line_bytes, bad, columns, encoding):
             valid += 1
             yield ticket
 
@@ -193,6 +200,7 @@ def finish_batch(
     out: str | None,
     max_line_bytes: int = MAX_LINE_BYTES,
     columns: TicketColumns | None = None,
+    encoding: str = "utf-8",
 ) -> dict[str, Any]:
     """Merge the chunks' reports into the batch's, and write one result line per ticket (the file read again,
     streamed)."""
@@ -202,16 +210,16 @@ def finish_batch(
     report.skipped = valid - report.resolved - len(report.failed)
     report.failed[:0] = bad
     store = TelemetryStore(loaded.store)
-    tickets = valid_tickets(tickets_path, max_line_bytes, columns=columns)
+    tickets = valid_tickets(tickets_path, max_line_bytes, columns=columns, encoding=encoding)
     written = write_results(store, loaded.task, tickets, out) if out else 0
     return {**report.to_json(), "written": written}
 
 
 @gil_task(name="apply verdicts")
-async def apply_feedback_task(task_file: str, verdicts_path: str) -> dict[str, Any]:
+async def apply_feedback_task(task_file: str, verdicts_path: str, encoding: str = "utf-8") -> dict[str, Any]:
     logger = get_run_logger()
     loaded = load_task_file(task_file)
-    verdicts, bad = read_verdicts(verdicts_path)
+    verdicts, bad = read_verdicts(verdicts_path, encoding=encoding)
     for item in bad:
         logger.warning("skipped %s", item)
     async with open_runtime(loaded) as runtime:
@@ -260,6 +268,7 @@ async def resolve_batch_flow(
     lock_wait_s: float = WAIT_SECONDS,
     id_column: str = "id",
     text_columns: list[str] | None = None,
+    encoding: str = "utf-8",
 ) -> dict[str, Any] | State:
     """Resolve queued tickets (JSONL, Parquet or CSV with id and text); a rerun resolves only what is missing.
 
@@ -271,7 +280,8 @@ async def resolve_batch_flow(
     The tickets file is streamed: the flow holds the chunks being resolved (at most two per worker, each at most
     ``chunk_sizes``' bound), never the whole file; a line longer than ``max_line_bytes`` is a bad line, named
     file:line, and the rest run. ``id_column`` and ``text_columns`` name where the file holds each ticket's id and
-    text (``TicketColumns``; several text columns make one text), ``id`` and ``text`` by default.
+    text (``TicketColumns``; several text columns make one text), ``id`` and ``text`` by default; ``encoding`` the
+    encoding a JSONL or CSV file was saved in, UTF-8 by default (``text_encoding``).
 
     ``task_runner``: ``threads`` (one chunk in this process) or ``dask`` (chunks on a LocalCluster of ``workers``
     processes, or on the Dask scheduler at ``scheduler``). Calls in flight to each model server stay within its
@@ -281,6 +291,7 @@ async def resolve_batch_flow(
     loaded = load_task_file(task_file)
     logger = get_run_logger()
     columns = TicketColumns(id_column, tuple(text_columns or ("text",)))
+    encoding = text_encoding(encoding)
 
     def waiting(holder: str) -> None:
         logger.info("waiting up to %g s: %s", lock_wait_s, holder)
@@ -291,7 +302,7 @@ async def resolve_batch_flow(
             summary = {**skipped_batch(turn.reason), "written": 0}
             return Completed(name="Skipped", message=f"skipped: {turn.reason}", data=summary)
         return await _resolve_batch(
-            task_file, tickets, out, concurrency, task_runner, workers, scheduler, max_line_bytes, columns
+            task_file, tickets, out, concurrency, task_runner, workers, scheduler, max_line_bytes, columns, encoding
         )
 
 
@@ -305,6 +316,7 @@ async def _resolve_batch(
     scheduler: str | None,
     max_line_bytes: int,
     columns: TicketColumns,
+    encoding: str,
 ) -> dict[str, Any]:
     """The flow's body, while it holds its task's turn."""
     loaded = load_task_file(task_file)
@@ -318,7 +330,7 @@ async def _resolve_batch(
         limits, slots = await ensure_endpoint_limits(model_endpoints(loaded), wanted)
     with batch_task_runner(task_runner, workers, scheduler) as (runner, parallel):
         path = str(Path(tickets))
-        sizes, valid, bad = plan_batch(task_file, path, parallel, max_line_bytes, columns)
+        sizes, valid, bad = plan_batch(task_file, path, parallel, max_line_bytes, columns, encoding)
         in_flight = max(1, slots // parallel)
         key = artifact_key(loaded.task.name, "batch-progress")
         async with flow_progress(key, f"resolve-batch: {valid:,} tickets", total=valid) as progress:
@@ -335,20 +347,21 @@ async def _resolve_batch(
             chunks = pending_chunks(
                 TelemetryStore(loaded.store),
                 loaded.task.name,
-                valid_tickets(path, max_line_bytes, None, columns),
+                valid_tickets(path, max_line_bytes, None, columns, encoding),
                 sizes,
             )
             reports = resolve_chunks(
                 runner, chunks, parameters, ahead=2 * parallel, finished=None if here else progress.advance
             )
-    report = finish_batch(task_file, path, valid, reports, bad, out, max_line_bytes, columns)
+    report = finish_batch(task_file, path, valid, reports, bad, out, max_line_bytes, columns, encoding)
     await publish_stats(task_file)
     return report
 
 
 @flow(name="apply-feedback", log_prints=True)
-async def apply_feedback_flow(task_file: str, verdicts: str) -> dict[str, Any]:
-    """Apply a verdicts file (JSONL: trace_id, correct, correction?); a verdict already applied counts once."""
-    report = await apply_feedback_task(task_file, verdicts)
+async def apply_feedback_flow(task_file: str, verdicts: str, encoding: str = "utf-8") -> dict[str, Any]:
+    """Apply a verdicts file (JSONL: trace_id, correct, correction?; or a sheet filled in, ``read_verdicts``) saved
+    in ``encoding`` (UTF-8 by default); a verdict already applied counts once."""
+    report = await apply_feedback_task(task_file, verdicts, encoding)
     await publish_stats(task_file)
     return report

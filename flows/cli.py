@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 
 from flows._cli_common import (
+    EncodingOption,
     JsonOption,
     TaskFileOption,
     console,
@@ -122,13 +123,23 @@ def resolve_batch_command(
             "non-empty ones make one text, a blank line between. Default: text."
         ),
     ] = None,
+    encoding_name: EncodingOption = "utf-8",
     as_json: JsonOption = False,
 ) -> None:
     """Resolve a batch of tickets. Idempotent by ticket id: a rerun resolves only tickets without a trace.
     One batch per task at a time: a second one waits up to --lock-wait, then skips, saying why."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from gil_core.batch import BadInput, Ticket, TicketColumns, count_lines, iter_tickets, resolve_batch, write_results
+    from gil_core.batch import (
+        BadInput,
+        Ticket,
+        TicketColumns,
+        count_lines,
+        iter_tickets,
+        resolve_batch,
+        text_encoding,
+        write_results,
+    )
     from gil_core.batch_lock import hold_batch_turn_async, skipped_batch
     from gil_core.runtime import open_runtime
 
@@ -139,12 +150,13 @@ def resolve_batch_command(
         raise fail(f"--max-line-bytes: must be ≥ 1, got {max_line_bytes}")
     texts = tuple(text_column or ("text",))
     columns = guarded(lambda: TicketColumns(id_column, texts))
+    encoding = guarded(lambda: text_encoding(encoding_name))
     lines = guarded(lambda: count_lines(tickets))  # the bar's total; a missing or unreadable file stops here
     bad: list[BadInput] = []
 
     def valid(*, report_bad: bool) -> Iterator[Ticket]:
         """The file's tickets, streamed; each bad line warned about (and kept) on the first pass only."""
-        for item in iter_tickets(tickets, max_line_bytes=max_line_bytes, columns=columns):
+        for item in iter_tickets(tickets, max_line_bytes=max_line_bytes, columns=columns, encoding=encoding):
             if isinstance(item, Ticket):
                 yield item
             elif report_bad:
@@ -169,6 +181,7 @@ def resolve_batch_command(
             lock_wait,
             id_column=columns.id,
             text_columns=list(columns.text),
+            encoding=encoding,
         )
         # A flow that returns a State (a skipped batch's Completed) hands its caller that state's data: a dict.
         summary = cast("dict[str, Any]", returned)
@@ -229,6 +242,7 @@ def feedback(
         ),
     ],
     task_file_path: TaskFileOption = None,
+    encoding_name: EncodingOption = "utf-8",
     as_json: JsonOption = False,
 ) -> None:
     """Apply verdicts: memory remembers confirmed answers and forgets wrong hits; habit statistics learn."""
@@ -237,7 +251,7 @@ def feedback(
     from gil_core.runtime import open_runtime
 
     loaded = task_file(task_file_path)
-    items, bad = guarded(lambda: read_verdicts(verdicts))
+    items, bad = guarded(lambda: read_verdicts(verdicts, encoding=encoding_name))
     for item in bad:
         warn("skipped", item)
 

@@ -32,6 +32,7 @@ __all__ = [
     "iter_tickets",
     "read_tickets",
     "read_verdicts",
+    "text_encoding",
     "write_sheet",
 ]
 
@@ -39,6 +40,9 @@ MAX_LINE_BYTES = 4 * 1024 * 1024
 """The longest line a ticket or verdict file may hold by default (4 MiB: a 1 MB ticket, even written with every
 character escaped, is well inside it); a longer line is refused, naming file:line, and the rest of the file runs.
 A Parquet ticket whose text is longer (in UTF-8 bytes) is refused alike."""
+
+UTF8 = "utf-8"
+_SEPARATORS = '\n\r\t,;"{}[]:'  # what a file is split by as bytes: lines, CSV records and cells, JSON's syntax
 
 _CHUNK = 1 << 16  # bytes read at a time while passing over the rest of a line past the cap, and while counting
 _PARQUET_BATCH = 4096  # rows of a Parquet ticket file decoded at a time
@@ -112,12 +116,18 @@ CSV_DELIMITERS = {".csv": ",", ".tsv": "\t"}
 
 
 def iter_tickets(
-    path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES, columns: TicketColumns = DEFAULT_COLUMNS
+    path: str | Path,
+    *,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    columns: TicketColumns = DEFAULT_COLUMNS,
+    encoding: str = UTF8,
 ) -> Iterator[Ticket | BadInput]:
     """The tickets of a JSONL file (one ``{"id", "text"}`` per line), a Parquet file (columns id, text) or a CSV
     file (``.csv``, or ``.tsv`` separated by tabs: a header row naming the columns id and text, other columns
     ignored, a quoted text may span lines), in file order, each bad line or row as a ``BadInput`` where it stands.
-    ``columns`` names the id and text otherwise (``TicketColumns``).
+    ``columns`` names the id and text otherwise (``TicketColumns``). A JSONL or CSV file is read as UTF-8 (a byte
+    order mark passed over), or in ``encoding`` (``text_encoding``: a spreadsheet's legacy export, cp949 or cp1252
+    say); a line that does not decode is a bad line.
 
     Streamed: memory holds one line or CSV record (at most ``max_line_bytes``) or one batch of Parquet rows, and
     16 to 32 bytes per ticket for the check that no id comes twice (a 64-bit fingerprint of each id: two different
@@ -126,13 +136,16 @@ def iter_tickets(
     path = Path(path)
     if max_line_bytes < 1:
         raise ConfigurationError(f"max_line_bytes must be ≥ 1, got {max_line_bytes}")
+    encoding = text_encoding(encoding)
     seen = _Fingerprints()
     if path.suffix == ".parquet":
+        if encoding != UTF8:
+            raise ConfigurationError(f"{path}: Parquet's text is UTF-8 by its format; an encoding is for JSONL and CSV")
         rows = _parquet_rows(path, columns)
     elif path.suffix in CSV_DELIMITERS:
-        rows = _csv_rows(path, max_line_bytes, columns.names)
+        rows = _csv_rows(path, max_line_bytes, encoding, columns.names)
     else:
-        rows = _json_lines(path, max_line_bytes)
+        rows = _json_lines(path, max_line_bytes, encoding)
     renamed = columns != DEFAULT_COLUMNS
     for where, row in _read_through(path, rows):
         if isinstance(row, BadInput):
@@ -160,12 +173,16 @@ def iter_tickets(
 
 
 def read_tickets(
-    path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES, columns: TicketColumns = DEFAULT_COLUMNS
+    path: str | Path,
+    *,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    columns: TicketColumns = DEFAULT_COLUMNS,
+    encoding: str = UTF8,
 ) -> tuple[list[Ticket], list[BadInput]]:
     """Every ticket of the file and every bad line, as two lists (``iter_tickets`` streams them instead)."""
     tickets: list[Ticket] = []
     bad: list[BadInput] = []
-    for item in iter_tickets(path, max_line_bytes=max_line_bytes, columns=columns):
+    for item in iter_tickets(path, max_line_bytes=max_line_bytes, columns=columns, encoding=encoding):
         if isinstance(item, BadInput):
             bad.append(item)
         else:
@@ -176,20 +193,24 @@ def read_tickets(
 _YES, _NO = frozenset({"true", "yes", "y", "1", "right"}), frozenset({"false", "no", "n", "0", "wrong"})
 
 
-def read_verdicts(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> tuple[list[Verdict], list[BadInput]]:
+def read_verdicts(
+    path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES, encoding: str = UTF8
+) -> tuple[list[Verdict], list[BadInput]]:
     """Verdicts from JSONL: ``{"trace_id", "correct": true|false, "correction"?}`` per line; or from CSV (``.csv``,
     ``.tsv``) with a header naming ``trace_id`` and ``correct`` (``correction`` optional), as a results file
     written as CSV is laid out for a person to fill in: ``correct`` is true/false, yes/no, y/n, 1/0 or
     right/wrong (any case); a row whose ``correct`` is empty is not yet judged and passed over, unless it holds a
-    correction, which makes it wrong; one marked right that holds a correction is a bad line."""
+    correction, which makes it wrong; one marked right that holds a correction is a bad line. ``encoding`` as for
+    tickets (``iter_tickets``)."""
     if max_line_bytes < 1:
         raise ConfigurationError(f"max_line_bytes must be ≥ 1, got {max_line_bytes}")
     path = Path(path)
+    encoding = text_encoding(encoding)
     verdicts, bad = [], []
     if path.suffix in CSV_DELIMITERS:
-        rows = _csv_verdicts(_csv_rows(path, max_line_bytes, ("trace_id", "correct"), ("correction",)))
+        rows = _csv_verdicts(_csv_rows(path, max_line_bytes, encoding, ("trace_id", "correct"), ("correction",)))
     else:
-        rows = _json_lines(path, max_line_bytes)
+        rows = _json_lines(path, max_line_bytes, encoding)
     for where, row in _read_through(path, rows):
         if isinstance(row, BadInput):
             bad.append(row)
@@ -268,6 +289,47 @@ def _csv_verdicts(rows: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
             yield where, {**row, "correct": said in _YES}
 
 
+def text_encoding(name: str) -> str:
+    """``name`` (a Python codec name or alias: ``utf-8``, ``cp949``, ``euc-kr``, ``cp1252``, ``latin-1``, …) as the
+    codec a JSONL or CSV file is decoded with, line by line. Refused, as a ``ConfigurationError`` naming it: an
+    unknown name, and a codec that writes line ends, quotes or separators as other than their ASCII bytes (UTF-16,
+    UTF-32), since a file is split into lines and records as bytes first."""
+    try:
+        codec = codecs.lookup(name).name
+        ascii_compatible = _SEPARATORS.encode(codec) == _SEPARATORS.encode("ascii")
+    except (LookupError, TypeError, UnicodeError):  # unknown, or a bytes-to-bytes codec (base64, hex, …)
+        said = f"unknown text encoding {name!r} (a codec name such as utf-8, cp949 or cp1252)"
+        raise ConfigurationError(said) from None
+    if codec in (UTF8, "utf-8-sig"):
+        return UTF8  # a byte order mark is passed over either way
+    if not ascii_compatible:
+        raise ConfigurationError(
+            f"the text encoding {name!r} writes line ends and separators in more than one byte each: save the file as"
+            " UTF-8"
+        )
+    return codec
+
+
+def _not_decoded(encoding: str, offset: int, where: str) -> str:
+    """What a line that does not decode is told: which encoding it is not, the byte, and the fix."""
+    if encoding == UTF8:
+        return (
+            f"not UTF-8 (byte {offset} of {where}): save the file as UTF-8 (CSV UTF-8), or name the encoding it was"
+            " saved in (--encoding)"
+        )
+    return f"not {encoding} (byte {offset} of {where}): name the encoding the file was saved in (--encoding)"
+
+
+def _first_line(raw: bytes, encoding: str) -> bytes:
+    """The file's first line without a UTF-8 byte order mark; with one, a file read in another encoding is UTF-8
+    (``_WrongEncoding``)."""
+    if raw.startswith(codecs.BOM_UTF8):
+        if encoding != UTF8:
+            raise _WrongEncoding(f"the file starts with UTF-8's byte order mark: it is UTF-8, not {encoding}")
+        return raw[len(codecs.BOM_UTF8) :]
+    return raw
+
+
 def count_lines(path: str | Path) -> int:
     """How many tickets the file can hold at most (its lines; a Parquet file's rows), read in chunks: what a
     progress bar shows as its total before the batch has read the file."""
@@ -323,8 +385,8 @@ def _cap(max_line_bytes: int) -> str:
     return f"{max_line_bytes:,} bytes (max_line_bytes; gil resolve-batch --max-line-bytes)"
 
 
-def _json_lines(path: Path, max_line_bytes: int) -> Iterator[tuple[str, Any]]:
-    # Bytes first, decoded per line: one line that is not UTF-8 is reported, and the rest still run. A line is read
+def _json_lines(path: Path, max_line_bytes: int, encoding: str) -> Iterator[tuple[str, Any]]:
+    # Bytes first, decoded per line: one line that does not decode is reported, and the rest still run. A line is read
     # at most one byte past the cap; the rest of a longer one is passed over in chunks, never held.
     with path.open("rb") as lines:
         number = 0
@@ -336,13 +398,14 @@ def _json_lines(path: Path, max_line_bytes: int) -> Iterator[tuple[str, Any]]:
                 _skip_rest_of_line(lines)
                 yield where, BadInput(where, f"the line is longer than {_cap(max_line_bytes)}")
                 continue
-            if number == 1 and raw.startswith(codecs.BOM_UTF8):  # written by editors and tools on Windows
-                raw = raw[len(codecs.BOM_UTF8) :]
             try:
-                line = raw.decode("utf-8")
+                line = (_first_line(raw, encoding) if number == 1 else raw).decode(encoding)
             except UnicodeDecodeError as exc:
-                yield where, BadInput(where, f"not UTF-8 (byte {exc.start + 1} of the line)")
+                yield where, BadInput(where, _not_decoded(encoding, exc.start + 1, "the line"))
                 continue
+            except _WrongEncoding as exc:
+                yield where, BadInput(where, str(exc))
+                return
             if not line.strip():
                 continue
             try:
@@ -377,19 +440,24 @@ class _RecordTooLong(Exception):
     pass
 
 
-class _NotUtf8(Exception):
+class _NotDecoded(Exception):
     def __init__(self, offset: int) -> None:
         super().__init__(offset)
         self.offset = offset
 
 
+class _WrongEncoding(Exception):
+    """The file is not in the encoding it is read in at all (said in the message): nothing of it is read."""
+
+
 class _BoundedLines:
     """The decoded lines of a binary file for ``csv.reader``, one record's worth at a time: a record whose lines
     come to more than ``limit`` bytes raises ``_RecordTooLong`` (the rest of an over-long line passed over, never
-    held), a line that is not UTF-8 ``_NotUtf8``. ``start()`` begins a record; ``number`` is the last line read."""
+    held), a line that does not decode in ``encoding`` ``_NotDecoded``. ``start()`` begins a record; ``number`` is
+    the last line read."""
 
-    def __init__(self, source: BinaryIO, limit: int) -> None:
-        self._source, self._limit = source, limit
+    def __init__(self, source: BinaryIO, limit: int, encoding: str) -> None:
+        self._source, self._limit, self._encoding = source, limit, encoding
         self.number, self._held = 0, 0
 
     def start(self) -> int:
@@ -410,21 +478,20 @@ class _BoundedLines:
             if not raw.endswith(b"\n"):
                 _skip_rest_of_line(self._source)
             raise _RecordTooLong
-        if self.number == 1 and raw.startswith(codecs.BOM_UTF8):
-            raw = raw[len(codecs.BOM_UTF8) :]
         try:
-            return raw.decode("utf-8")
+            return (_first_line(raw, self._encoding) if self.number == 1 else raw).decode(self._encoding)
         except UnicodeDecodeError as exc:
-            raise _NotUtf8(exc.start + 1) from None
+            raise _NotDecoded(exc.start + 1) from None
 
 
 def _csv_rows(
-    path: Path, max_line_bytes: int, required: Sequence[str], optional: Sequence[str] = ()
+    path: Path, max_line_bytes: int, encoding: str, required: Sequence[str], optional: Sequence[str] = ()
 ) -> Iterator[tuple[str, Any]]:
     """Each record of a CSV file after its header row as ``{name: cell}`` for the ``required`` and ``optional``
     columns (an empty cell None, a blank record passed over), or a ``BadInput``; a header without a required column
     is one ``BadInput`` and the end. A ``.csv`` file whose header row holds more semicolons than commas is read as
-    separated by semicolons: what spreadsheets save where a comma is the decimal mark."""
+    separated by semicolons: what spreadsheets save where a comma is the decimal mark. A header row that does not
+    decode is one ``BadInput`` and the end: the file was saved in another encoding, and no row of it would read."""
     # A record (which a quoted field may carry over several lines) is held whole at most: ``_BoundedLines`` refuses
     # one past the cap. The csv module's own cap on a field (a setting of the whole process, 128 KiB by default) is
     # raised to that cap, never lowered.
@@ -435,7 +502,7 @@ def _csv_rows(
             first = source.readline(max_line_bytes + 1)
             delimiter = ";" if first.count(b";") > first.count(b",") else ","
             source.seek(0)
-        lines = _BoundedLines(source, max_line_bytes)
+        lines = _BoundedLines(source, max_line_bytes, encoding)
         records = csv.reader(lines, delimiter=delimiter, strict=False)
         header: list[str] | None = None
         while True:
@@ -447,10 +514,16 @@ def _csv_rows(
             except _RecordTooLong:
                 yield where, BadInput(where, f"the record is longer than {_cap(max_line_bytes)}")
                 continue
-            except _NotUtf8 as exc:
-                said = f"not UTF-8 (byte {exc.offset} of a line of the record): save the file as UTF-8 (CSV UTF-8)"
-                yield where, BadInput(where, said)
+            except _NotDecoded as exc:
+                if header is None:
+                    said = _not_decoded(encoding, exc.offset, "the header row")
+                    yield where, BadInput(where, f"{said}; no row of the file was read")
+                    return
+                yield where, BadInput(where, _not_decoded(encoding, exc.offset, "a line of the record"))
                 continue
+            except _WrongEncoding as exc:
+                yield where, BadInput(where, str(exc))
+                return
             except csv.Error as exc:
                 yield where, BadInput(where, f"not CSV ({exc})")
                 continue

@@ -37,6 +37,7 @@ from gil_core._ticket_files import (
     iter_tickets,
     read_tickets,
     read_verdicts,
+    text_encoding,
     write_sheet,
 )
 from gil_core.atomic import atomic_open
@@ -71,6 +72,7 @@ __all__ = [
     "read_verdicts",
     "resolve_batch",
     "share_client_budget",
+    "text_encoding",
     "ticket_trace_id",
     "traced_among",
     "write_results",

@@ -121,8 +121,9 @@ async def test_memory_hits_the_guard_took_back_are_a_table_artifact_of_the_batch
 
 @pytest.mark.usefixtures("prefect_harness")
 async def test_the_batch_flow_reads_a_csv_export_by_the_columns_it_is_given(tmp_path: Path) -> None:
-    """A help desk's CSV export, its id and text under names of its own: the flow plans, resolves and writes the
-    results by those columns (each of its three reads of the file), and a row without an id is a bad line."""
+    """A help desk's CSV export, its id and text under names of its own, saved by a spreadsheet in a legacy
+    encoding: the flow plans, resolves and writes the results by those columns and that encoding (each of its
+    three reads of the file), and a row without an id is a bad line."""
     from flows.batch import resolve_batch_flow
 
     scripts = {"Refund\n\nwhere is my refund?": Script(route=["billing", "refund status"])}
@@ -130,12 +131,13 @@ async def test_the_batch_flow_reads_a_csv_export_by_the_columns_it_is_given(tmp_
         task = str(write_task_file(tmp_path, server.base_url))
         tickets = tmp_path / "export.csv"
         tickets.write_text(
-            "Ticket ID,Subject,Body\n4711,Refund,where is my refund?\n4712,,do you sell gift cards?\n,Refund,x\n",
-            encoding="utf-8",
+            "Ticket ID,Subject,Body\n4711,Refund,where is my refund?\n4712,,do you sell gift cards at the café?\n"
+            ",Refund,x\n",
+            encoding="cp1252",  # é is one byte, not UTF-8
         )
         out = tmp_path / "results.jsonl"
         report = await resolve_batch_flow(
-            task, str(tickets), out=str(out), id_column="Ticket ID", text_columns=["Subject", "Body"]
+            task, str(tickets), out=str(out), id_column="Ticket ID", text_columns=["Subject", "Body"], encoding="cp1252"
         )
     assert (report["resolved"], report["tickets"], len(report["failed"])) == (2, 2, 1)
     assert report["failed"][0].startswith(f"{tickets}:4: a ticket needs")

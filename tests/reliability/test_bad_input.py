@@ -20,7 +20,16 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from gil_core.batch import Ticket, TicketColumns, Verdict, read_tickets, read_verdicts, ticket_trace_id
+from gil_core.batch import (
+    Ticket,
+    TicketColumns,
+    Verdict,
+    read_tickets,
+    read_verdicts,
+    text_encoding,
+    ticket_trace_id,
+)
+from gil_core.errors import ConfigurationError
 from gil_core.telemetry import TelemetryStore
 from gil_core.testing import ScriptedOpenAIServer, ScriptedReply
 from tests.flows._support import write_task_file
@@ -369,7 +378,8 @@ def test_a_csv_record_past_the_cap_a_line_not_utf8_and_a_header_without_the_colu
     read, bad = read_tickets(tickets, max_line_bytes=1000)
     assert [str(item).split(": ")[0] for item in bad] == [f"{tickets}:2", f"{tickets}:5"]
     assert "longer than 1,000 bytes" in bad[0].reason and "not UTF-8" in bad[1].reason
-    assert bad[1].reason.endswith("save the file as UTF-8 (CSV UTF-8)")  # how a spreadsheet names the fix
+    assert "save the file as UTF-8 (CSV UTF-8)" in bad[1].reason  # how a spreadsheet names the fix
+    assert bad[1].reason.endswith("or name the encoding it was saved in (--encoding)")
     assert [ticket.id for ticket in read] == ["b", "d"]
     headless = tmp_path / "export.csv"
     headless.write_text("Ticket ID,Description\n1,where is my refund?\n", encoding="utf-8")
@@ -409,6 +419,70 @@ def test_a_help_desk_export_resolves_with_its_own_column_names_and_a_subject_and
     twice = ["--text-column", "Ticket ID", "--id-column", "Ticket ID"]
     code, _, stderr = invoke("resolve-batch", str(tickets), "-o", str(out), "-t", str(task), *twice)
     assert code == 2 and "a ticket column is named twice" in stderr
+
+
+def test_a_legacy_spreadsheet_export_reads_in_the_encoding_it_was_saved_in_and_says_what_to_do_without_it(
+    tmp_path: Path,
+) -> None:
+    # A Korean spreadsheet saves CSV as cp949 unless told "CSV UTF-8": ASCII headers, Korean text.
+    tickets = tmp_path / "export.csv"
+    tickets.write_bytes("id,text\na,환불은 언제 되나요? where is my refund\nb,배송 where is my order\n".encode("cp949"))
+    with healthy_server() as server:
+        code, summary, stderr = resolve_batch_cli(tmp_path, tickets, server)
+        assert code == 0, stderr
+        assert summary["resolved"] == 0 and len(summary["bad_lines"]) == 2
+        assert all("not UTF-8" in line and "(--encoding)" in line for line in summary["bad_lines"])
+        task = write_task_file(tmp_path, server.base_url)
+        sheet = tmp_path / "results.csv"
+        code, stdout, stderr = invoke(
+            "resolve-batch", str(tickets), "-o", str(sheet), "-t", str(task), "--encoding", "cp949", "--json"
+        )
+    assert code == 0, stderr
+    assert json.loads(stdout)["resolved"] == 2 and json.loads(stdout)["bad_lines"] == []
+    header, *rows = list(csv.reader(io.StringIO(sheet.read_text(encoding="utf-8-sig"))))  # the sheet is UTF-8
+    texts = [row[header.index("text")] for row in rows]
+    assert texts == ["환불은 언제 되나요? where is my refund", "배송 where is my order"]
+    assert read_tickets(tickets, encoding="euc-kr")[0][0].text.startswith("환불은")  # an alias of the same codec
+    # Korean headers too: without the encoding, the header row itself is the one line said (no row could be read).
+    named = tmp_path / "named.csv"
+    named.write_bytes("번호,내용\n1,환불은 언제 되나요?\n2,배송\n".encode("cp949"))
+    read, bad = read_tickets(named, columns=TicketColumns("번호", ("내용",)))
+    assert read == [] and len(bad) == 1 and str(bad[0]).startswith(f"{named}:1: not UTF-8 (byte 1 of the header row)")
+    assert bad[0].reason.endswith("no row of the file was read")
+    read, bad = read_tickets(named, columns=TicketColumns("번호", ("내용",)), encoding="cp949")
+    assert bad == [] and [ticket.text for ticket in read] == ["환불은 언제 되나요?", "배송"]
+
+
+def test_an_encoding_is_refused_where_it_cannot_be_the_file_s_and_a_verdicts_sheet_reads_in_one(tmp_path: Path) -> None:
+    assert text_encoding("UTF8") == text_encoding("utf-8-sig") == "utf-8"
+    for name, said in [
+        ("klingon", "unknown text encoding 'klingon'"),
+        ("base64", "unknown text encoding 'base64'"),  # bytes to bytes, not a text encoding
+        ("utf-16", "save the file as UTF-8"),  # line ends in two bytes: a file is split as bytes
+    ]:
+        with pytest.raises(ConfigurationError, match=re.escape(said)):
+            text_encoding(name)
+    # A UTF-8 file read as another encoding says so at its first line and reads nothing more.
+    saved = tmp_path / "tickets.jsonl"
+    saved.write_bytes(codecs.BOM_UTF8 + b'{"id": "a", "text": "caf\xc3\xa9"}\n{"id": "b", "text": "x"}\n')
+    assert [str(item) for item in read_tickets(saved, encoding="cp1252")[1]] == [
+        f"{saved}:1: the file starts with UTF-8's byte order mark: it is UTF-8, not cp1252"
+    ]
+    assert read_tickets(saved)[0] == [Ticket("a", "café"), Ticket("b", "x")]
+    table = tmp_path / "tickets.parquet"
+    pl.DataFrame({"id": ["a"], "text": ["café"]}).write_parquet(table)
+    with pytest.raises(ConfigurationError, match="Parquet's text is UTF-8"):
+        read_tickets(table, encoding="cp1252")
+    verdicts = tmp_path / "verdicts.csv"
+    sheet = "trace_id,correct,correction\nt1,no,Le remboursement arrive en 5 jours ouvrés.\n"
+    verdicts.write_bytes(sheet.encode("cp1252"))
+    assert read_verdicts(verdicts, encoding="cp1252") == (
+        [Verdict("t1", False, "Le remboursement arrive en 5 jours ouvrés.")],
+        [],
+    )
+    code, _, stderr = invoke("feedback", str(verdicts), "-t", str(ROOT / "ontologies" / "support-task.yaml"),
+                             "--encoding", "klingon")  # fmt: skip
+    assert code == 2 and "unknown text encoding 'klingon'" in one_error_line(stderr)
 
 
 def test_the_same_columns_name_a_ticket_in_jsonl_and_parquet(tmp_path: Path) -> None:
