@@ -371,6 +371,13 @@ TUNING_NOTE = (
     "judge's answer is wrong, learned from the verdicts so far (a logistic regression over each verdict's walk as "
     "it was judged: the smallest, the root's and the leaf's margins, the nearest confirmed request's cosine less the "
     "class's novelty cut, the walk's length; the smallest margin until 20 verdicts are in): +3.6 / +2.9 / +2.5."
+    " Tried on 2026-12-07 (a later sitting; the smallest margin +5.0 / +3.9 / +4.1 on the tuning shuffles), "
+    "not kept: expected error reduction (scratch code, not kept). For each of the 20 requests with the "
+    "smallest margins, and each of its 3 likeliest answers by the judge's own walk (their probabilities "
+    "renormalized), the nodes on that answer's path are refit with the request added, by scikit-learn as the "
+    "fit does; the expected risk over the requests still without a verdict is read from the refit nodes, and "
+    "the 7 with the lowest are picked. With risk as 1 − the walk's probability: +3.5 / +3.5 / −0.9; as 1 − "
+    "the walk's smallest margin: +3.7 / +3.8 / +2.0."
 )
 
 
