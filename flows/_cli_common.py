@@ -41,6 +41,16 @@ TaskFileOption = Annotated[
     typer.Option("--task-file", "-t", help="Task file (YAML). Default: $GIL_TASK_FILE, else ./gil.yaml."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for programs instead of tables.")]
+IdColumnOption = Annotated[
+    str, typer.Option(help="The column (a CSV header, a Parquet column, a JSONL key) holding each ticket's id.")
+]
+TextColumnOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="The column holding each ticket's text; give it again for more (a subject and a body, say): the "
+        "non-empty ones make one text, a blank line between. Default: text."
+    ),
+]
 EncodingOption = Annotated[
     str,
     typer.Option(

@@ -17,8 +17,10 @@ from rich.table import Table
 
 from flows._cli_common import (
     EncodingOption,
+    IdColumnOption,
     JsonOption,
     TaskFileOption,
+    TextColumnOption,
     console,
     emit,
     fail,
@@ -113,16 +115,8 @@ def resolve_batch_command(
         float,
         typer.Option(help="Seconds to wait while another batch of the task runs; then this one skips (exit 0)."),
     ] = 60.0,
-    id_column: Annotated[
-        str, typer.Option(help="The column (a CSV header, a Parquet column, a JSONL key) holding each ticket's id.")
-    ] = "id",
-    text_column: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="The column holding each ticket's text; give it again for more (a subject and a body, say): the "
-            "non-empty ones make one text, a blank line between. Default: text."
-        ),
-    ] = None,
+    id_column: IdColumnOption = "id",
+    text_column: TextColumnOption = None,
     encoding_name: EncodingOption = "utf-8",
     as_json: JsonOption = False,
 ) -> None:
@@ -426,17 +420,26 @@ def serve(
             " unanswered (default: 23 hours; a deployment parameter too).",
         ),
     ] = None,
+    id_column: IdColumnOption = "id",
+    text_column: TextColumnOption = None,
+    encoding_name: EncodingOption = "utf-8",
 ) -> None:
-    """Register every flow as a deployment with its default schedule against `gil ui`, and run them."""
+    """Register every flow as a deployment with its default schedule against `gil ui`, and run them. The tickets
+    file is read by --id-column and --text-column (a help desk's CSV export, say), and both queue files in
+    --encoding: the resolve-batch and apply-feedback deployments' parameters, which the UI can change too."""
     _prefect_environment(api_url)
     chosen = task_file_path or Path(os.environ.get("GIL_TASK_FILE", "gil.yaml"))
     task_file(chosen)  # fail early, in one line, on a bad task file
+    from gil_core.batch import TicketColumns, text_encoding
+
+    columns = guarded(lambda: TicketColumns(id_column, tuple(text_column or ("text",))))
+    encoding = guarded(lambda: text_encoding(encoding_name))
     _require_prefect_api(api_url)
     from flows.deployments import serve_all
 
     timeouts = {"decision_timeout": decision_timeout, "verdict_timeout": verdict_timeout}
     chosen_timeouts = {name: value for name, value in timeouts.items() if value is not None}
-    guarded(lambda: serve_all(chosen, tickets, verdicts, **chosen_timeouts))
+    guarded(lambda: serve_all(chosen, tickets, verdicts, columns=columns, encoding=encoding, **chosen_timeouts))
 
 
 def _require_prefect_api(api_url: str) -> None:

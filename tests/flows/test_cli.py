@@ -275,6 +275,34 @@ def test_serve_takes_the_waits_of_the_review_rounds_and_the_feedback_queue() -> 
     assert refused.exit_code == 2 and "decision-timeout" in refused.output  # under a minute: refused at once
 
 
+def test_serve_s_batch_and_feedback_deployments_read_the_queue_files_by_the_columns_and_encoding_given(
+    tmp_path: Path,
+) -> None:
+    from flows.batch import apply_feedback_flow, resolve_batch_flow
+    from flows.deployments import build_deployments
+    from gil_core.batch import TicketColumns
+
+    task = write_task_file(tmp_path, "http://127.0.0.1:9/v1")
+    tickets, verdicts = tmp_path / "export.csv", tmp_path / "verdicts.csv"
+    plain = {d.name: d.parameters for d in build_deployments(task, tickets, verdicts)}
+    assert set(plain["resolve-batch"]) == {"task_file", "tickets", "out"}  # the flows' defaults otherwise
+    assert set(plain["apply-feedback"]) == {"task_file", "verdicts"}
+    columns = TicketColumns("Ticket ID", ("Subject", "Body"))
+    built = build_deployments(task, tickets, verdicts, columns=columns, encoding="CP949")
+    given = {d.name: d.parameters for d in built}
+    export = {"id_column": "Ticket ID", "text_columns": ["Subject", "Body"], "encoding": "cp949"}
+    assert given["resolve-batch"] == {**plain["resolve-batch"], **export}
+    assert given["apply-feedback"] == {**plain["apply-feedback"], "encoding": "cp949"}
+    # Named as the flows name their parameters: a run refuses any other name (SignatureMismatchError).
+    assert resolve_batch_flow.validate_parameters(given["resolve-batch"])["text_columns"] == ["Subject", "Body"]
+    assert apply_feedback_flow.validate_parameters(given["apply-feedback"])["encoding"] == "cp949"
+    # The command refuses a bad one in one line, before it looks for a Prefect server.
+    code, _, stderr = invoke("serve", "-t", str(task), "--encoding", "klingon", "--api-url", "http://127.0.0.1:9/api")
+    assert code == 2 and "unknown text encoding 'klingon'" in stderr and "Prefect" not in stderr
+    code, _, stderr = invoke("serve", "-t", str(task), "--text-column", "id", "--api-url", "http://127.0.0.1:9/api")
+    assert code == 2 and "a ticket column is named twice" in stderr
+
+
 def test_without_a_task_file_a_command_says_how_to_give_one_and_names_the_demo_s(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
