@@ -94,7 +94,7 @@ def task_file(path: Path | None, **overrides: Any) -> TaskFile:
         where = "$GIL_TASK_FILE" if "GIL_TASK_FILE" in os.environ else "the default"
         raise fail(
             f"{chosen}: no task file there ({where}); give one with --task-file/-t or $GIL_TASK_FILE "
-            f"(the demo's is {shown(DEMO_TASK_FILE)})"
+            f"(the demo's is {shown(DEMO_TASK_FILE)}), or start one with gil init"
         )
     return guarded(lambda: load_task_file(chosen, **overrides))
 

@@ -30,6 +30,7 @@ from flows._cli_common import (
     task_file,
     warn,
 )
+from flows._cli_init import init_command
 from flows._cli_maintenance import add_maintenance_commands, stats
 from flows._cli_review import review_app
 
@@ -271,6 +272,7 @@ def feedback(
 
 
 add_maintenance_commands(app)  # stats, fit-reflex, …, doctor: listed after feedback
+app.command("init")(init_command)
 app.add_typer(review_app, name="review")
 
 

@@ -303,6 +303,34 @@ def test_serve_s_batch_and_feedback_deployments_read_the_queue_files_by_the_colu
     assert code == 2 and "a ticket column is named twice" in stderr
 
 
+def test_init_writes_a_task_file_and_a_tree_that_load_and_lint_and_writes_over_nothing_unless_forced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gil_core.taskfile import load_task_file
+
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = invoke("init", "desk")
+    assert code == 0, stderr
+    assert "wrote desk/gil.yaml (task 'desk') and desk/tree.yaml" in " ".join(stdout.split())
+    desk = tmp_path / "desk"
+    loaded = load_task_file(desk / "gil.yaml")
+    assert loaded.task.name == "desk" and loaded.task.policy.memory_guard
+    assert loaded.task.policy.learned is not None and loaded.task.policy.learned.precision == 0.97
+    assert (str(loaded.store), str(loaded.memory)) == (str(desk / ".gil" / "store"), str(desk / ".gil" / "memory"))
+    assert invoke("lint-tree", "desk/tree.yaml")[0] == 0
+    monkeypatch.chdir(desk)  # the task file is found where commands look by default
+    code, stdout, stderr = invoke("stats", "--json")
+    assert code == 0 and json.loads(stdout)["task"] == "desk", stderr
+    (desk / "tree.yaml").write_text("id: root\n", encoding="utf-8")  # edited since
+    code, _, stderr = invoke("init", str(desk))
+    assert code == 2 and "already there; gil init writes over nothing unless --force" in " ".join(stderr.split())
+    assert (desk / "tree.yaml").read_text(encoding="utf-8") == "id: root\n"
+    code, _, stderr = invoke("init", str(desk), "--task", "yes: #1 desk", "--force")  # a name YAML would misread
+    assert code == 0, stderr
+    assert load_task_file(desk / "gil.yaml").task.name == "yes: #1 desk"
+    assert (desk / "tree.yaml").read_text(encoding="utf-8").startswith("id: root\nchildren:")
+
+
 def test_without_a_task_file_a_command_says_how_to_give_one_and_names_the_demo_s(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -314,6 +342,7 @@ def test_without_a_task_file_a_command_says_how_to_give_one_and_names_the_demo_s
     said = " ".join(stderr.split())
     assert code == 2 and "gil.yaml: no task file there (the default)" in said, said
     assert "--task-file/-t or $GIL_TASK_FILE" in said and str(ROOT / "ontologies" / "support-task.yaml") in said
+    assert said.endswith("or start one with gil init")
     assert "Traceback" not in stderr
     monkeypatch.setenv("GIL_TASK_FILE", "elsewhere.yaml")
     code, _, stderr = invoke("review", "queue")
