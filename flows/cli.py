@@ -233,20 +233,37 @@ def feedback(
         Path,
         typer.Argument(
             help="Verdicts JSONL: {trace_id, correct, correction?} per line; or CSV (.csv, .tsv) with those columns, "
-            "such as a results sheet filled in (a row with correct empty is passed over)."
+            "such as a results sheet filled in (a row with correct empty is passed over). With --key, an answer key."
         ),
     ],
     task_file_path: TaskFileOption = None,
+    key: Annotated[
+        bool,
+        typer.Option(
+            "--key",
+            help="The file is an answer key (JSONL, CSV or Parquet): each resolved ticket's id and the answer it "
+            "should have got. A ticket whose answer matches is right; any other is wrong, corrected to the key's.",
+        ),
+    ] = False,
+    id_column: IdColumnOption = "id",
+    answer_column: Annotated[str, typer.Option(help="With --key: the column holding the right answer.")] = "answer",
     encoding_name: EncodingOption = "utf-8",
     as_json: JsonOption = False,
 ) -> None:
     """Apply verdicts: memory remembers confirmed answers and forgets wrong hits; habit statistics learn."""
-    from gil_core.batch import read_verdicts
+    from gil_core.batch import TicketColumns, iter_tickets, key_verdicts, read_verdicts
     from gil_core.batch_feedback import apply_verdicts
     from gil_core.runtime import open_runtime
+    from gil_core.telemetry import TelemetryStore
 
     loaded = task_file(task_file_path)
-    items, bad = guarded(lambda: read_verdicts(verdicts, encoding=encoding_name))
+    if key:
+        columns = guarded(lambda: TicketColumns(id_column, (answer_column,)))
+        store = TelemetryStore(loaded.store)
+        answers = iter_tickets(verdicts, columns=columns, encoding=encoding_name)
+        items, bad = guarded(lambda: key_verdicts(store, loaded.task, answers))
+    else:
+        items, bad = guarded(lambda: read_verdicts(verdicts, encoding=encoding_name))
     for item in bad:
         warn("skipped", item)
 

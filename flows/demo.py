@@ -19,6 +19,7 @@ from prefect import flow
 from flows.batch import apply_feedback_flow, resolve_batch_flow
 from flows.maintenance import fit_energy_flow
 from flows.review import local_folder
+from gil_core.batch_feedback import graded
 from gil_core.errors import ConfigurationError
 from gil_core.learned import verdict_digest
 from gil_core.ontology.model import OptionKind
@@ -50,14 +51,12 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 
 def verdicts_from_key(results: list[dict[str, Any]], answers: dict[str, str]) -> list[dict[str, Any]]:
-    """A verdict per result: correct when the output is the expected answer, else wrong with it as correction."""
+    """A verdict per result from the answer key (``graded``, as ``gil feedback --key`` gives them), as JSON."""
     verdicts = []
     for result in results:
-        expected = answers[result["id"].split("#", 1)[0]]
-        if (result["output"] or "").strip() == expected:
-            verdicts.append({"trace_id": result["trace_id"], "correct": True})
-        else:
-            verdicts.append({"trace_id": result["trace_id"], "correct": False, "correction": expected})
+        verdict = graded(result["trace_id"], result["output"], answers[result["id"].split("#", 1)[0]])
+        correction = {} if verdict.correct else {"correction": verdict.correction}
+        verdicts.append({"trace_id": verdict.trace_id, "correct": verdict.correct, **correction})
     return verdicts
 
 

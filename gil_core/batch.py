@@ -41,7 +41,7 @@ from gil_core._ticket_files import (
     write_sheet,
 )
 from gil_core.atomic import atomic_open
-from gil_core.batch_feedback import FeedbackReport, apply_verdicts
+from gil_core.batch_feedback import FeedbackReport, apply_verdicts, graded
 from gil_core.batch_scope import batch_scope, new_batch_id
 from gil_core.batch_workers import model_endpoints, share_client_budget
 from gil_core.errors import BatchFileError, ConfigurationError, GilError, SchemaViolationError, TelemetryError
@@ -64,6 +64,7 @@ __all__ = [
     "chunk_sizes",
     "count_lines",
     "iter_tickets",
+    "key_verdicts",
     "model_endpoints",
     "pending_chunks",
     "pending_tickets",
@@ -484,6 +485,35 @@ def write_results(
     except OSError as exc:  # the store's own failures are TelemetryErrors already: this is the results file's
         raise BatchFileError(f"cannot write the results ({type(exc).__name__}: {exc})", path=str(out)) from exc
     return written
+
+
+def key_verdicts(
+    store: TelemetryStore, task: TaskDefinition, key: Iterable[Ticket | BadInput]
+) -> tuple[list[Verdict], list[BadInput]]:
+    """Verdicts from an answer key: each ``Ticket`` of ``key`` holds a ticket's id and, as its text, the answer it
+    should have got (``iter_tickets`` reads a key file by its columns); its trace is read from ``store`` and
+    ``graded``. A ticket without a trace (not resolved yet) is a ``BadInput``, as are the key's own bad lines. A
+    ``do_not_record`` task keeps no answers to compare: refused (``ConfigurationError``)."""
+    if task.policy.do_not_record:
+        raise ConfigurationError(f"task {task.name!r} records no answers (do_not_record): nothing to grade by a key")
+    verdicts: list[Verdict] = []
+    bad: list[BadInput] = []
+    answers: list[tuple[str, str, str | None]] = []
+    for item in key:
+        if isinstance(item, BadInput):
+            bad.append(item)
+        else:
+            answers.append((item.id, ticket_trace_id(task.name, item.id), item.text))
+    found: set[str] = set()
+    for line, expected in _result_lines(store, task, answers):
+        found.add(line["id"])
+        verdicts.append(graded(line["trace_id"], line["output"], expected or ""))
+    bad += [
+        BadInput(f"ticket {ticket_id!r}", "no trace: resolve it first (gil resolve-batch)")
+        for ticket_id, _, _ in answers
+        if ticket_id not in found
+    ]
+    return verdicts, bad
 
 
 def _result_lines(

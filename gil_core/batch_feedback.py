@@ -14,7 +14,7 @@ from gil_core.errors import ConfigurationError
 from gil_core.resolver import Resolver
 from gil_core.tasks import TaskDefinition
 
-__all__ = ["VERDICT_CHUNK", "FeedbackReport", "apply_verdicts"]
+__all__ = ["VERDICT_CHUNK", "FeedbackReport", "apply_verdicts", "graded"]
 
 VERDICT_CHUNK = 1_000  # verdicts stored in one append and taught to memory in one write
 
@@ -33,6 +33,14 @@ class FeedbackReport:
             "failed": [str(item) for item in self.failed],
             "not_learned": self.not_learned,
         }
+
+
+def graded(trace_id: str, output: str | None, expected: str) -> Verdict:
+    """The verdict an answer key gives a trace: right when its output is the expected answer (spaces around either
+    aside), else wrong, with the expected answer as the correction."""
+    if (output or "").strip() == expected.strip():
+        return Verdict(trace_id, True)
+    return Verdict(trace_id, False, expected.strip())
 
 
 async def apply_verdicts(

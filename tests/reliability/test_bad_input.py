@@ -504,6 +504,40 @@ def test_the_same_columns_name_a_ticket_in_jsonl_and_parquet(tmp_path: Path) -> 
 # -- verdicts -----------------------------------------------------------------------------------------------
 
 
+def test_an_answer_key_grades_the_resolved_tickets_once_and_names_the_ones_not_resolved(tmp_path: Path) -> None:
+    # A help desk's resolved history: its tickets resolved, then graded by the answers its agents gave.
+    tickets = tmp_path / "history.csv"
+    tickets.write_text("id,text\na,where is my refund?\nb,how long does delivery take?\n", encoding="utf-8")
+    delivery = "Standard delivery takes 3 to 5 business days."
+    key = tmp_path / "key.csv"
+    key.write_text(
+        f"Ticket,Reply\na,  {REFUND}  \nb,{delivery}\nzz,{REFUND}\n,{REFUND}\n", encoding="utf-8"
+    )  # the scripted model routes everything to the refund answer: a right, b wrong; zz never resolved
+    with healthy_server() as server:
+        task = write_task_file(tmp_path, server.base_url)
+        code, _, stderr = invoke("resolve-batch", str(tickets), "-o", str(tmp_path / "r.jsonl"), "-t", str(task))
+        assert code == 0, stderr
+        flags = ["--key", "--id-column", "Ticket", "--answer-column", "Reply", "-t", str(task), "--json"]
+        code, stdout, stderr = invoke("feedback", str(key), *flags)
+        assert code == 0, stderr
+        applied = json.loads(stdout)
+        assert applied["applied"] == 2 and len(applied["bad_lines"]) == 2
+        assert applied["bad_lines"][0].startswith(f"{key}:5: a ticket needs")  # no id
+        assert applied["bad_lines"][1] == "ticket 'zz': no trace: resolve it first (gil resolve-batch)"
+        code, stdout, _ = invoke("feedback", str(key), *flags)  # graded again: counted once
+        assert code == 0 and (json.loads(stdout)["applied"], json.loads(stdout)["unchanged"]) == (0, 2)
+        rows = TelemetryStore(tmp_path / "store").read("traces").iter_rows(named=True)
+        got = {row["trace_id"]: (row["feedback_verdict"], row["feedback_correction"]) for row in rows}
+        assert got == {
+            ticket_trace_id("support", "a"): ("correct", None),
+            ticket_trace_id("support", "b"): ("wrong", delivery),
+        }
+        (tmp_path / "private").mkdir()
+        private = write_task_file(tmp_path / "private", server.base_url, do_not_record=True)
+        code, _, stderr = invoke("feedback", str(key), "--key", "-t", str(private))
+    assert code == 2 and "records no answers (do_not_record)" in one_error_line(stderr)
+
+
 def test_a_sheet_of_a_do_not_record_task_leaves_the_requests_out(tmp_path: Path) -> None:
     tickets = tmp_path / "tickets.csv"
     tickets.write_text("id,text\na,my card number is 4111 and where is my refund?\n")
