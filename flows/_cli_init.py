@@ -76,6 +76,8 @@ def init_command(
     if there and not force:
         named = " and ".join(shown(path) for path in there)
         raise fail(f"{named}: already there; gil init writes over nothing unless --force")
+    if not STARTER_TREE.is_file():  # a wheel holds the packages only; the trees and the demo come with a checkout
+        raise fail(f"{STARTER_TREE}: no starter tree there; gil init copies it from a checkout of Gil")
     texts = {
         task_path.name: task_file_text(name),
         tree_path.name: STARTER_TREE.read_text(encoding="utf-8"),

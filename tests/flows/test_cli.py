@@ -329,6 +329,10 @@ def test_init_writes_a_task_file_and_a_tree_that_load_and_lint_and_writes_over_n
     assert code == 0, stderr
     assert load_task_file(desk / "gil.yaml").task.name == "yes: #1 desk"
     assert (desk / "tree.yaml").read_text(encoding="utf-8").startswith("id: root\nchildren:")
+    monkeypatch.setattr("flows._cli_init.STARTER_TREE", tmp_path / "not-installed.yaml")  # a wheel has no trees
+    code, _, stderr = invoke("init", str(tmp_path / "elsewhere"))
+    assert code == 2 and "no starter tree there" in stderr and "Traceback" not in stderr
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_without_a_task_file_a_command_says_how_to_give_one_and_names_the_demo_s(
