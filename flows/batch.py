@@ -26,7 +26,7 @@ from gil_core.batch import (
     chunk_sizes,
     iter_tickets,
     pending_chunks,
-    read_verdicts,
+    read_feedback,
     resolve_batch,
     text_encoding,
     write_results,
@@ -216,10 +216,12 @@ def finish_batch(
 
 
 @gil_task(name="apply verdicts")
-async def apply_feedback_task(task_file: str, verdicts_path: str, encoding: str = "utf-8") -> dict[str, Any]:
+async def apply_feedback_task(
+    task_file: str, verdicts_path: str, encoding: str = "utf-8", key: TicketColumns | None = None
+) -> dict[str, Any]:
     logger = get_run_logger()
     loaded = load_task_file(task_file)
-    verdicts, bad = read_verdicts(verdicts_path, encoding=encoding)
+    verdicts, bad = read_feedback(TelemetryStore(loaded.store), loaded.task, verdicts_path, encoding=encoding, key=key)
     for item in bad:
         logger.warning("skipped %s", item)
     async with open_runtime(loaded) as runtime:
@@ -359,9 +361,19 @@ async def _resolve_batch(
 
 
 @flow(name="apply-feedback", log_prints=True)
-async def apply_feedback_flow(task_file: str, verdicts: str, encoding: str = "utf-8") -> dict[str, Any]:
+async def apply_feedback_flow(
+    task_file: str,
+    verdicts: str,
+    encoding: str = "utf-8",
+    key: bool = False,
+    id_column: str = "id",
+    answer_column: str = "answer",
+) -> dict[str, Any]:
     """Apply a verdicts file (JSONL: trace_id, correct, correction?; or a sheet filled in, ``read_verdicts``) saved
-    in ``encoding`` (UTF-8 by default); a verdict already applied counts once."""
-    report = await apply_feedback_task(task_file, verdicts, encoding)
+    in ``encoding`` (UTF-8 by default); a verdict already applied counts once. With ``key``, the file is an answer
+    key instead, each resolved ticket's id under ``id_column`` and its right answer under ``answer_column``,
+    graded against the store (``key_verdicts``, as ``gil feedback --key``)."""
+    columns = TicketColumns(id_column, (answer_column,)) if key else None
+    report = await apply_feedback_task(task_file, verdicts, encoding, columns)
     await publish_stats(task_file)
     return report

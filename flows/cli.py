@@ -251,19 +251,15 @@ def feedback(
     as_json: JsonOption = False,
 ) -> None:
     """Apply verdicts: memory remembers confirmed answers and forgets wrong hits; habit statistics learn."""
-    from gil_core.batch import TicketColumns, iter_tickets, key_verdicts, read_verdicts
+    from gil_core.batch import TicketColumns, read_feedback
     from gil_core.batch_feedback import apply_verdicts
     from gil_core.runtime import open_runtime
     from gil_core.telemetry import TelemetryStore
 
     loaded = task_file(task_file_path)
-    if key:
-        columns = guarded(lambda: TicketColumns(id_column, (answer_column,)))
-        store = TelemetryStore(loaded.store)
-        answers = iter_tickets(verdicts, columns=columns, encoding=encoding_name)
-        items, bad = guarded(lambda: key_verdicts(store, loaded.task, answers))
-    else:
-        items, bad = guarded(lambda: read_verdicts(verdicts, encoding=encoding_name))
+    columns = guarded(lambda: TicketColumns(id_column, (answer_column,))) if key else None
+    store = TelemetryStore(loaded.store)
+    items, bad = guarded(lambda: read_feedback(store, loaded.task, verdicts, encoding=encoding_name, key=columns))
     for item in bad:
         warn("skipped", item)
 

@@ -69,6 +69,7 @@ __all__ = [
     "pending_chunks",
     "pending_tickets",
     "plan_chunks",
+    "read_feedback",
     "read_tickets",
     "read_verdicts",
     "resolve_batch",
@@ -514,6 +515,22 @@ def key_verdicts(
         if ticket_id not in found
     ]
     return verdicts, bad
+
+
+def read_feedback(
+    store: TelemetryStore,
+    task: TaskDefinition,
+    path: str | Path,
+    *,
+    encoding: str = "utf-8",
+    key: TicketColumns | None = None,
+) -> tuple[list[Verdict], list[BadInput]]:
+    """The verdicts a feedback file gives and its bad lines: a verdicts file (``read_verdicts``), or with ``key``
+    (the columns of each ticket's id and of its right answer) an answer key graded against the store
+    (``key_verdicts``)."""
+    if key is None:
+        return read_verdicts(path, encoding=encoding)
+    return key_verdicts(store, task, iter_tickets(path, columns=key, encoding=encoding))
 
 
 def _result_lines(

@@ -120,6 +120,37 @@ async def test_memory_hits_the_guard_took_back_are_a_table_artifact_of_the_batch
 
 
 @pytest.mark.usefixtures("prefect_harness")
+async def test_the_feedback_flow_grades_resolved_tickets_by_an_answer_key(tmp_path: Path) -> None:
+    """The apply-feedback flow given an answer key (``key=True``): each resolved ticket's answer graded against
+    the key's, as ``gil feedback --key`` grades them; regraded, it counts nothing twice."""
+    from flows.batch import apply_feedback_flow, resolve_batch_flow
+    from gil_core.batch import ticket_trace_id
+
+    refund = "Refunds reach the original payment method within 5 business days of approval."
+    scripts = {"where is my refund?": Script(route=["billing", "refund status"])}
+    with support_server(scripts, default=Script(answers=["None of these"])) as server:
+        task = str(write_task_file(tmp_path, server.base_url))
+        tickets = tmp_path / "history.jsonl"
+        tickets.write_text(
+            json.dumps({"id": "a", "text": "where is my refund?"}) + "\n"
+            + json.dumps({"id": "b", "text": "do you sell gift cards?"}) + "\n",
+            encoding="utf-8",
+        )  # fmt: skip
+        await resolve_batch_flow(task, str(tickets), out=str(tmp_path / "results.jsonl"))
+        key = tmp_path / "key.csv"
+        key.write_text(f"Ticket,Reply\na,{refund}\nb,{refund}\n", encoding="utf-8")
+        graded = {"key": True, "id_column": "Ticket", "answer_column": "Reply"}
+        report = await apply_feedback_flow(task, str(key), **graded)
+        again = await apply_feedback_flow(task, str(key), **graded)
+    assert (report["applied"], report["failed"]) == (2, [])
+    assert (again["applied"], again["unchanged"]) == (0, 2)
+    rows = TelemetryStore(tmp_path / "store").read("traces").iter_rows(named=True)
+    got = {row["trace_id"]: (row["feedback_verdict"], row["feedback_correction"]) for row in rows}
+    a, b = ticket_trace_id("support", "a"), ticket_trace_id("support", "b")
+    assert got == {a: ("correct", None), b: ("wrong", refund)}
+
+
+@pytest.mark.usefixtures("prefect_harness")
 async def test_the_batch_flow_reads_a_csv_export_by_the_columns_it_is_given(tmp_path: Path) -> None:
     """A help desk's CSV export, its id and text under names of its own, saved by a spreadsheet in a legacy
     encoding: the flow plans, resolves and writes the results by those columns and that encoding (each of its
