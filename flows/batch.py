@@ -23,12 +23,11 @@ from gil_core.batch import (
     BatchReport,
     Ticket,
     TicketColumns,
+    TicketFormat,
     chunk_sizes,
-    iter_tickets,
     pending_chunks,
     read_feedback,
     resolve_batch,
-    text_encoding,
     write_results,
 )
 from gil_core.batch_feedback import apply_verdicts
@@ -43,16 +42,10 @@ from gil_core.telemetry import TelemetryStore
 from gil_core.telemetry.savings import compute_savings
 
 
-def valid_tickets(
-    tickets_path: str,
-    max_line_bytes: int,
-    on_bad: list[BadInput] | None = None,
-    columns: TicketColumns | None = None,
-    encoding: str = "utf-8",
-) -> Iterator[Ticket]:
-    """The valid tickets of the file, streamed; its bad lines go to ``on_bad`` (when given) and the run's log."""
-    columns = columns or TicketColumns()
-    for item in iter_tickets(tickets_path, max_line_bytes=max_line_bytes, columns=columns, encoding=encoding):
+def valid_tickets(tickets_path: str, form: TicketFormat, on_bad: list[BadInput] | None = None) -> Iterator[Ticket]:
+    """The valid tickets of the file, read as ``form`` says, streamed; its bad lines go to ``on_bad`` (when given)
+    and the run's log."""
+    for item in form.read(tickets_path):
         if isinstance(item, Ticket):
             yield item
         elif on_bad is not None:
@@ -65,9 +58,7 @@ def plan_batch(
     task_file: str,
     tickets_path: str,
     workers: int,
-    max_line_bytes: int = MAX_LINE_BYTES,
-    columns: TicketColumns | None = None,
-    encoding: str = "utf-8",
+    form: TicketFormat,
 ) -> tuple[list[int], int, list[BadInput]]:
     """The sizes of the chunks of tickets still without a trace (one chunk without parallel workers, unless it
     would pass ``chunk_sizes``' bound), how many valid tickets the file holds, and its bad lines. The file is
@@ -79,7 +70,7 @@ def plan_batch(
 
     def counted() -> Iterator[Ticket]:
         nonlocal valid
-        for ticket in valid_tickets(tickets_path, max_line_bytes, bad, columns, encoding):
+        for ticket in valid_tickets(tickets_path, form, bad):
             valid += 1
             yield ticket
 
@@ -198,9 +189,7 @@ def finish_batch(
     reports: list[BatchReport],
     bad: list[BadInput],
     out: str | None,
-    max_line_bytes: int = MAX_LINE_BYTES,
-    columns: TicketColumns | None = None,
-    encoding: str = "utf-8",
+    form: TicketFormat,
 ) -> dict[str, Any]:
     """Merge the chunks' reports into the batch's, and write one result line per ticket (the file read again,
     streamed)."""
@@ -210,7 +199,7 @@ def finish_batch(
     report.skipped = valid - report.resolved - len(report.failed)
     report.failed[:0] = bad
     store = TelemetryStore(loaded.store)
-    tickets = valid_tickets(tickets_path, max_line_bytes, columns=columns, encoding=encoding)
+    tickets = valid_tickets(tickets_path, form)
     written = write_results(store, loaded.task, tickets, out) if out else 0
     return {**report.to_json(), "written": written}
 
@@ -292,8 +281,7 @@ async def resolve_batch_flow(
     """
     loaded = load_task_file(task_file)
     logger = get_run_logger()
-    columns = TicketColumns(id_column, tuple(text_columns or ("text",)))
-    encoding = text_encoding(encoding)
+    form = TicketFormat(TicketColumns(id_column, tuple(text_columns or ("text",))), encoding, max_line_bytes)
 
     def waiting(holder: str) -> None:
         logger.info("waiting up to %g s: %s", lock_wait_s, holder)
@@ -303,9 +291,7 @@ async def resolve_batch_flow(
             logger.warning("skipped this batch: %s", turn.reason)
             summary = {**skipped_batch(turn.reason), "written": 0}
             return Completed(name="Skipped", message=f"skipped: {turn.reason}", data=summary)
-        return await _resolve_batch(
-            task_file, tickets, out, concurrency, task_runner, workers, scheduler, max_line_bytes, columns, encoding
-        )
+        return await _resolve_batch(task_file, tickets, out, concurrency, task_runner, workers, scheduler, form)
 
 
 async def _resolve_batch(
@@ -316,9 +302,7 @@ async def _resolve_batch(
     task_runner: RunnerKind,
     workers: int,
     scheduler: str | None,
-    max_line_bytes: int,
-    columns: TicketColumns,
-    encoding: str,
+    form: TicketFormat,
 ) -> dict[str, Any]:
     """The flow's body, while it holds its task's turn."""
     loaded = load_task_file(task_file)
@@ -332,7 +316,7 @@ async def _resolve_batch(
         limits, slots = await ensure_endpoint_limits(model_endpoints(loaded), wanted)
     with batch_task_runner(task_runner, workers, scheduler) as (runner, parallel):
         path = str(Path(tickets))
-        sizes, valid, bad = plan_batch(task_file, path, parallel, max_line_bytes, columns, encoding)
+        sizes, valid, bad = plan_batch(task_file, path, parallel, form)
         in_flight = max(1, slots // parallel)
         key = artifact_key(loaded.task.name, "batch-progress")
         async with flow_progress(key, f"resolve-batch: {valid:,} tickets", total=valid) as progress:
@@ -349,13 +333,13 @@ async def _resolve_batch(
             chunks = pending_chunks(
                 TelemetryStore(loaded.store),
                 loaded.task.name,
-                valid_tickets(path, max_line_bytes, None, columns, encoding),
+                valid_tickets(path, form),
                 sizes,
             )
             reports = resolve_chunks(
                 runner, chunks, parameters, ahead=2 * parallel, finished=None if here else progress.advance
             )
-    report = finish_batch(task_file, path, valid, reports, bad, out, max_line_bytes, columns, encoding)
+    report = finish_batch(task_file, path, valid, reports, bad, out, form)
     await publish_stats(task_file)
     return report
 

@@ -129,10 +129,9 @@ def resolve_batch_command(
         BadInput,
         Ticket,
         TicketColumns,
+        TicketFormat,
         count_lines,
-        iter_tickets,
         resolve_batch,
-        text_encoding,
         write_results,
     )
     from gil_core.batch_lock import hold_batch_turn_async, skipped_batch
@@ -144,14 +143,13 @@ def resolve_batch_command(
     if max_line_bytes < 1:
         raise fail(f"--max-line-bytes: must be ≥ 1, got {max_line_bytes}")
     texts = tuple(text_column or ("text",))
-    columns = guarded(lambda: TicketColumns(id_column, texts))
-    encoding = guarded(lambda: text_encoding(encoding_name))
+    form = guarded(lambda: TicketFormat(TicketColumns(id_column, texts), encoding_name, max_line_bytes))
     lines = guarded(lambda: count_lines(tickets))  # the bar's total; a missing or unreadable file stops here
     bad: list[BadInput] = []
 
     def valid(*, report_bad: bool) -> Iterator[Ticket]:
         """The file's tickets, streamed; each bad line warned about (and kept) on the first pass only."""
-        for item in iter_tickets(tickets, max_line_bytes=max_line_bytes, columns=columns, encoding=encoding):
+        for item in form.read(tickets):
             if isinstance(item, Ticket):
                 yield item
             elif report_bad:
@@ -174,9 +172,9 @@ def resolve_batch_command(
             scheduler,
             max_line_bytes,
             lock_wait,
-            id_column=columns.id,
-            text_columns=list(columns.text),
-            encoding=encoding,
+            id_column=form.columns.id,
+            text_columns=list(form.columns.text),
+            encoding=form.encoding,
         )
         # A flow that returns a State (a skipped batch's Completed) hands its caller that state's data: a dict.
         summary = cast("dict[str, Any]", returned)
@@ -445,16 +443,15 @@ def serve(
     _prefect_environment(api_url)
     chosen = task_file_path or Path(os.environ.get("GIL_TASK_FILE", "gil.yaml"))
     task_file(chosen)  # fail early, in one line, on a bad task file
-    from gil_core.batch import TicketColumns, text_encoding
+    from gil_core.batch import TicketColumns, TicketFormat
 
-    columns = guarded(lambda: TicketColumns(id_column, tuple(text_column or ("text",))))
-    encoding = guarded(lambda: text_encoding(encoding_name))
+    form = guarded(lambda: TicketFormat(TicketColumns(id_column, tuple(text_column or ("text",))), encoding_name))
     _require_prefect_api(api_url)
     from flows.deployments import serve_all
 
     timeouts = {"decision_timeout": decision_timeout, "verdict_timeout": verdict_timeout}
     chosen_timeouts = {name: value for name, value in timeouts.items() if value is not None}
-    guarded(lambda: serve_all(chosen, tickets, verdicts, columns=columns, encoding=encoding, **chosen_timeouts))
+    guarded(lambda: serve_all(chosen, tickets, verdicts, form=form, **chosen_timeouts))
 
 
 def _require_prefect_api(api_url: str) -> None:

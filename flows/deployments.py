@@ -17,7 +17,7 @@ from flows.review import (
     differentiation_round_flow,
     promotion_round_flow,
 )
-from gil_core.batch import TicketColumns, text_encoding
+from gil_core.batch import DEFAULT_FORMAT, TicketFormat
 
 EVERY_5_MINUTES = timedelta(minutes=5)
 HOURLY = timedelta(hours=1)
@@ -47,12 +47,11 @@ def build_deployments(
     decision_timeout: int = SCHEDULED_DECISION_TIMEOUT,
     verdict_timeout: int = SCHEDULED_VERDICT_TIMEOUT,
     *,
-    columns: TicketColumns | None = None,
-    encoding: str = "utf-8",
+    form: TicketFormat = DEFAULT_FORMAT,
 ) -> list[Any]:
-    """The deployments, with parameters pointing at this task file and its queue files: the tickets file read by
-    ``columns`` (``TicketColumns``), both files in ``encoding``, each set only where it is not the default (the UI
-    shows the flow's defaults otherwise). The review rounds pause
+    """The deployments, with parameters pointing at this task file and its queue files: the tickets file read as
+    ``form`` says (``TicketFormat``), the verdicts file in its encoding, each parameter set only where it is not the
+    default (the UI shows the flow's defaults otherwise). The review rounds pause
     for decisions in the Prefect UI for up to ``decision_timeout`` seconds (a parameter of each deployment, so an
     operator can change it per round in the UI), after which the undecided proposals stay deferred; the feedback
     queue pauses for verdicts on its answers for up to ``verdict_timeout`` seconds, after which the unanswered
@@ -62,10 +61,12 @@ def build_deployments(
         "resolve-batch": {"tickets": str(tickets.resolve()), "out": f"{tickets.resolve()}.results.jsonl"},
         "apply-feedback": {"verdicts": str(verdicts.resolve())},
     }
-    if columns is not None and columns != TicketColumns():
-        own["resolve-batch"] |= {"id_column": columns.id, "text_columns": list(columns.text)}
-    if text_encoding(encoding) != "utf-8":
-        own["resolve-batch"]["encoding"] = own["apply-feedback"]["encoding"] = text_encoding(encoding)
+    if form.columns != DEFAULT_FORMAT.columns:
+        own["resolve-batch"] |= {"id_column": form.columns.id, "text_columns": list(form.columns.text)}
+    if form.encoding != DEFAULT_FORMAT.encoding:
+        own["resolve-batch"]["encoding"] = own["apply-feedback"]["encoding"] = form.encoding
+    if form.max_line_bytes != DEFAULT_FORMAT.max_line_bytes:
+        own["resolve-batch"]["max_line_bytes"] = form.max_line_bytes
     own |= {name: {"wait_for_decisions": True, "decision_timeout": decision_timeout} for name in REVIEW_ROUNDS}
     own["feedback-queue"] = {"wait_for_verdicts": True, "verdict_timeout": verdict_timeout}
     deployments = []
@@ -91,8 +92,7 @@ def serve_all(
     decision_timeout: int = SCHEDULED_DECISION_TIMEOUT,
     verdict_timeout: int = SCHEDULED_VERDICT_TIMEOUT,
     *,
-    columns: TicketColumns | None = None,
-    encoding: str = "utf-8",
+    form: TicketFormat = DEFAULT_FORMAT,
 ) -> None:
     """Register every deployment with the Prefect API and run them on their schedules (blocks).
 
@@ -103,8 +103,4 @@ def serve_all(
     for queue in (tickets, verdicts):
         queue.parent.mkdir(parents=True, exist_ok=True)
         queue.touch(exist_ok=True)
-    serve(
-        *build_deployments(
-            task_file, tickets, verdicts, decision_timeout, verdict_timeout, columns=columns, encoding=encoding
-        )
-    )
+    serve(*build_deployments(task_file, tickets, verdicts, decision_timeout, verdict_timeout, form=form))

@@ -23,10 +23,12 @@ from gil_core.errors import BatchFileError, ConfigurationError
 
 __all__ = [
     "CSV_DELIMITERS",
+    "DEFAULT_FORMAT",
     "MAX_LINE_BYTES",
     "BadInput",
     "Ticket",
     "TicketColumns",
+    "TicketFormat",
     "Verdict",
     "count_lines",
     "iter_tickets",
@@ -91,6 +93,27 @@ class TicketColumns:
 
 
 DEFAULT_COLUMNS = TicketColumns()
+
+
+@dataclass(frozen=True, slots=True)
+class TicketFormat:
+    """How a ticket file is read, as one value for every read of it a batch makes: where it holds each ticket's id
+    and text (``columns``), the encoding a JSONL or CSV file was saved in (checked, and named as Python names its
+    codec: ``text_encoding``), and the longest line accepted (``iter_tickets``). A bad one raises
+    ``ConfigurationError`` naming it."""
+
+    columns: TicketColumns = DEFAULT_COLUMNS
+    encoding: str = UTF8
+    max_line_bytes: int = MAX_LINE_BYTES
+
+    def __post_init__(self) -> None:
+        if self.max_line_bytes < 1:
+            raise ConfigurationError(f"max_line_bytes must be ≥ 1, got {self.max_line_bytes}")
+        object.__setattr__(self, "encoding", text_encoding(self.encoding))
+
+    def read(self, path: str | Path) -> Iterator[Ticket | BadInput]:
+        """The file's tickets and bad lines, streamed in file order (``iter_tickets``)."""
+        return iter_tickets(path, max_line_bytes=self.max_line_bytes, columns=self.columns, encoding=self.encoding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +331,9 @@ def text_encoding(name: str) -> str:
             " UTF-8"
         )
     return codec
+
+
+DEFAULT_FORMAT = TicketFormat()
 
 
 def _not_decoded(encoding: str, offset: int, where: str) -> str:

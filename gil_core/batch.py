@@ -28,10 +28,12 @@ import polars as pl
 
 from gil_core._ticket_files import (
     CSV_DELIMITERS,
+    DEFAULT_FORMAT,
     MAX_LINE_BYTES,
     BadInput,
     Ticket,
     TicketColumns,
+    TicketFormat,
     Verdict,
     count_lines,
     iter_tickets,
@@ -52,6 +54,7 @@ from gil_core.telemetry import TelemetryStore
 
 __all__ = [
     "CSV_DELIMITERS",
+    "DEFAULT_FORMAT",
     "MAX_LINE_BYTES",
     "WINDOW",
     "BadInput",
@@ -59,6 +62,7 @@ __all__ = [
     "FeedbackReport",
     "Ticket",
     "TicketColumns",
+    "TicketFormat",
     "Verdict",
     "apply_verdicts",
     "chunk_sizes",

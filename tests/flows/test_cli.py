@@ -280,21 +280,23 @@ def test_serve_s_batch_and_feedback_deployments_read_the_queue_files_by_the_colu
 ) -> None:
     from flows.batch import apply_feedback_flow, resolve_batch_flow
     from flows.deployments import build_deployments
-    from gil_core.batch import TicketColumns
+    from gil_core.batch import TicketColumns, TicketFormat
 
     task = write_task_file(tmp_path, "http://127.0.0.1:9/v1")
     tickets, verdicts = tmp_path / "export.csv", tmp_path / "verdicts.csv"
     plain = {d.name: d.parameters for d in build_deployments(task, tickets, verdicts)}
     assert set(plain["resolve-batch"]) == {"task_file", "tickets", "out"}  # the flows' defaults otherwise
     assert set(plain["apply-feedback"]) == {"task_file", "verdicts"}
-    columns = TicketColumns("Ticket ID", ("Subject", "Body"))
-    built = build_deployments(task, tickets, verdicts, columns=columns, encoding="CP949")
+    form = TicketFormat(TicketColumns("Ticket ID", ("Subject", "Body")), "CP949", max_line_bytes=1 << 20)
+    built = build_deployments(task, tickets, verdicts, form=form)
     given = {d.name: d.parameters for d in built}
     export = {"id_column": "Ticket ID", "text_columns": ["Subject", "Body"], "encoding": "cp949"}
+    export["max_line_bytes"] = 1 << 20
     assert given["resolve-batch"] == {**plain["resolve-batch"], **export}
     assert given["apply-feedback"] == {**plain["apply-feedback"], "encoding": "cp949"}
     # Named as the flows name their parameters: a run refuses any other name (SignatureMismatchError).
-    assert resolve_batch_flow.validate_parameters(given["resolve-batch"])["text_columns"] == ["Subject", "Body"]
+    checked = resolve_batch_flow.validate_parameters(given["resolve-batch"])
+    assert checked["text_columns"] == ["Subject", "Body"] and checked["max_line_bytes"] == 1 << 20
     assert apply_feedback_flow.validate_parameters(given["apply-feedback"])["encoding"] == "cp949"
     # The command refuses a bad one in one line, before it looks for a Prefect server.
     code, _, stderr = invoke("serve", "-t", str(task), "--encoding", "klingon", "--api-url", "http://127.0.0.1:9/api")

@@ -21,8 +21,10 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from gil_core.batch import (
+    BadInput,
     Ticket,
     TicketColumns,
+    TicketFormat,
     Verdict,
     read_tickets,
     read_verdicts,
@@ -462,6 +464,11 @@ def test_an_encoding_is_refused_where_it_cannot_be_the_file_s_and_a_verdicts_she
     ]:
         with pytest.raises(ConfigurationError, match=re.escape(said)):
             text_encoding(name)
+        with pytest.raises(ConfigurationError, match=re.escape(said)):  # the value a batch's reads share
+            TicketFormat(encoding=name)
+    assert TicketFormat(encoding="CP949").encoding == "cp949" and TicketFormat(encoding="UTF8") == TicketFormat()
+    with pytest.raises(ConfigurationError, match="max_line_bytes must be ≥ 1, got 0"):
+        TicketFormat(max_line_bytes=0)
     # A UTF-8 file read as another encoding says so at its first line and reads nothing more.
     saved = tmp_path / "tickets.jsonl"
     saved.write_bytes(codecs.BOM_UTF8 + b'{"id": "a", "text": "caf\xc3\xa9"}\n{"id": "b", "text": "x"}\n')
@@ -469,6 +476,10 @@ def test_an_encoding_is_refused_where_it_cannot_be_the_file_s_and_a_verdicts_she
         f"{saved}:1: the file starts with UTF-8's byte order mark: it is UTF-8, not cp1252"
     ]
     assert read_tickets(saved)[0] == [Ticket("a", "café"), Ticket("b", "x")]
+    assert list(TicketFormat(max_line_bytes=26).read(saved)) == [
+        BadInput(f"{saved}:1", "the line is longer than 26 bytes (max_line_bytes; gil resolve-batch --max-line-bytes)"),
+        Ticket("b", "x"),
+    ]
     table = tmp_path / "tickets.parquet"
     pl.DataFrame({"id": ["a"], "text": ["café"]}).write_parquet(table)
     with pytest.raises(ConfigurationError, match="Parquet's text is UTF-8"):
