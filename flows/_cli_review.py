@@ -101,6 +101,14 @@ def queue_command(
             "learned judge's rules read precision from.",
         ),
     ] = 0.3,
+    waiting: Annotated[
+        bool,
+        typer.Option(
+            "--waiting",
+            help="Issue nothing: show again the answers issued queues asked about that still have no verdict, "
+            "oldest queue first (--size and --random-share do not apply).",
+        ),
+    ] = False,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -114,9 +122,12 @@ def queue_command(
 ) -> None:
     """Ask for the verdicts that would teach the learned judge most: unconfirmed answers where it is least sure,
     requests far from anything confirmed, nodes close to being proven or withdrawn; a share drawn at random.
-    Prints the queue and records it as issued (an answer is asked about once). Answer it with `gil feedback`."""
+    Prints the queue and records it as issued (an answer is asked about once); --waiting shows again what was
+    asked about and is not answered yet. Answer it with `gil feedback`."""
     from gil_core.batch import CSV_DELIMITERS, write_sheet
+    from gil_core.learned import read_waiting
     from gil_core.runtime import issue_task_queue
+    from gil_core.telemetry import TelemetryStore
 
     loaded = task_file(task_file_path)
     if size < 1:
@@ -125,34 +136,50 @@ def queue_command(
         raise fail(f"--random-share: a share between 0 and 1, got {random_share}")
     if out is not None and out.suffix not in CSV_DELIMITERS:
         raise fail(f"--out: a sheet is written to .csv or .tsv, got {out.name!r}")  # before the queue is issued
-    queue = run(issue_task_queue(loaded, size=size, random_share=random_share))
-    data = queue.to_json()
+    if waiting:
+        queues = guarded(lambda: read_waiting(TelemetryStore(loaded.store), loaded.task.name))
+        items = [item for queue in queues for item in queue.items]
+        data: dict[str, Any] = {"task": loaded.task.name, "waiting": len(items)}
+        data["queues"] = [queue.to_json() for queue in queues]
+    else:
+        queue = run(issue_task_queue(loaded, size=size, random_share=random_share))
+        items = list(queue.items)
+        data = queue.to_json()
     if out is not None:
         header = ("trace_id", "request", "answer", "chosen", "why", "score")
         rows = (
             (item.trace_id, item.request, item.answer, item.chosen_by, item.teaching.why, f"{item.teaching.score:.3f}")
-            for item in queue.items
+            for item in items
         )
         data["out"] = str(out)
         data["written"] = guarded(lambda: write_sheet(out, header, rows))
 
     def render() -> None:
-        # Eligible: unconfirmed and not issued before (an answer is asked about once).
-        shown = f"{len(queue.items)} of {queue.eligible} unconfirmed answers not yet asked about"
-        console.print(f"feedback queue for {queue.task}: {shown}", highlight=False)
-        if not queue.items:
-            console.print("nothing to ask about: every answer has a verdict or has been asked about already")
+        if waiting:
+            if not items:
+                console.print(f"nothing waiting in {loaded.task.name}: every answer a queue asked about has a verdict")
+            else:
+                issued = f"{len(queues)} issued queue{'s' if len(queues) != 1 else ''}"
+                console.print(f"waiting for a verdict in {loaded.task.name}: {len(items)} answers, from {issued}")
+        else:
+            # Eligible: unconfirmed and not issued before (an answer is asked about once).
+            shown = f"{len(queue.items)} of {queue.eligible} unconfirmed answers not yet asked about"
+            console.print(f"feedback queue for {queue.task}: {shown}", highlight=False)
+            if not items:
+                console.print("nothing to ask about: every answer has a verdict or has been asked about already")
+        if not items:
             return
         table = Table()
         for column in ("trace", "request", "answer", "chosen", "why", "score"):
             table.add_column(column, justify="right" if column == "score" else "left", overflow="fold")
-        for item in queue.items:
+        for item in items:
             why = item.teaching.why if item.chosen_by == "queue" else f"random share ({item.teaching.why})"
             table.add_row(
                 item.trace_id, item.request, item.answer or "—", item.chosen_by, why, f"{item.teaching.score:.3f}"
             )
         console.print(table)
-        console.print(f"recorded as issued (queue {queue.queue_id})")
+        if not waiting:
+            console.print(f"recorded as issued (queue {queue.queue_id})")
         if out is not None:
             console.print(f"wrote {out}: fill in correct (and correction where wrong), then gil feedback {out}")
 

@@ -257,6 +257,7 @@ PUBLIC = {
         "read_learned_log",
         "read_state",
         "read_unconfirmed",
+        "read_waiting",
         "served_answer",
         "unlike_at_root",
         "stored_state",

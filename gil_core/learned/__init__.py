@@ -29,6 +29,7 @@ from gil_core.learned.queue import (
     issue_queue,
     read_chosen_by,
     read_unconfirmed,
+    read_waiting,
     teaching_value,
 )
 from gil_core.learned.rules import choose_rule
@@ -69,6 +70,7 @@ __all__ = [
     "read_learned_log",
     "read_state",
     "read_unconfirmed",
+    "read_waiting",
     "served_answer",
     "stored_state",
     "task_key",

@@ -32,7 +32,7 @@ verdicts the queue did not choose (the random share and unsolicited verdicts, se
 verdict stays a training row: the queue speeds learning, the random share keeps the rules' estimate unbiased.
 
 Each issued queue is one Parquet file in the store's side folder ``queue/<task key>/`` (``record_queue``);
-``read_chosen_by`` reads them back per trace.
+``read_chosen_by`` reads them back per trace, and ``read_waiting`` the items still without a verdict.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import random
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -72,6 +72,7 @@ __all__ = [
     "queue_folder",
     "read_chosen_by",
     "read_unconfirmed",
+    "read_waiting",
     "record_queue",
     "teaching_value",
 ]
@@ -373,6 +374,35 @@ def read_chosen_by(store: TelemetryStore, task: str) -> dict[str, ChosenBy]:
     for trace_id, how in issued.select("trace_id", "chosen_by").iter_rows():
         chosen.setdefault(trace_id, "queue" if how == "queue" else "random")
     return chosen
+
+
+def read_waiting(store: TelemetryStore, task: str) -> list[FeedbackQueue]:
+    """``task``'s issued queues that still wait for a verdict, oldest first, each holding only the items whose
+    traces have none yet, in the order issued, with the figures they were issued with (a queue fully answered is
+    left out). Reading them issues nothing: what was asked about is shown again, not asked about anew."""
+    issued = _issued(store, task).sort("issued_at", "queue_id", "position")
+    if issued.is_empty():
+        return []
+    traces = (
+        store.scan("traces", only={"trace_id": issued["trace_id"].unique().to_list()})
+        .filter((pl.col("task") == task) & pl.col("feedback_verdict").is_null())
+        .select("trace_id", "state", "output")
+        .collect()
+    )
+    open_traces = {row[0]: (row[1], row[2]) for row in traces.iter_rows()}
+    queues: dict[str, FeedbackQueue] = {}
+    for row in issued.iter_rows(named=True):
+        if row["trace_id"] not in open_traces:
+            continue
+        request, answer = open_traces[row["trace_id"]]
+        teaching = Teaching(row["uncertainty"], row["novelty"], row["rule"], row["score"], row["why"])
+        how: ChosenBy = "queue" if row["chosen_by"] == "queue" else "random"
+        item = QueueItem(row["trace_id"], request, answer, how, row["chance"], teaching)
+        held = queues.get(row["queue_id"])
+        if held is None:
+            held = FeedbackQueue(task, row["queue_id"], row["issued_at"], row["eligible"], row["random_share"])
+        queues[row["queue_id"]] = replace(held, items=(*held.items, item))
+    return list(queues.values())
 
 
 def read_unconfirmed(store: TelemetryStore, task: str, *, embedder: str) -> list[Unconfirmed]:

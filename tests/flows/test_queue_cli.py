@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from gil_core.batch import Ticket, resolve_batch
-from gil_core.learned import read_chosen_by
+from gil_core.learned import read_chosen_by, read_waiting
 from gil_core.llm import OpenAICompatibleChatModel
 from gil_core.resolver import Resolver
 from gil_core.taskfile import load_task_file
@@ -91,11 +91,32 @@ def test_the_queue_as_a_sheet_filled_in_goes_back_through_gil_feedback_as_the_qu
                 [header, *([*row[:6], "yes" if i < 2 else "", ""] for i, row in enumerate(rows))]
             )
         given = runner.invoke(app, ["feedback", str(sheet), "-t", str(path), "--json"])
-    assert given.exit_code == 0, given.output
-    assert json.loads(given.stdout)["applied"] == 2
-    traces = TelemetryStore(tmp_path / "store").read("traces")
-    judged = dict(zip(traces["trace_id"], traces["feedback_verdict"], strict=True))
-    assert [judged[row[0]] for row in rows] == ["correct", "correct", None, None]
+        assert given.exit_code == 0, given.output
+        assert json.loads(given.stdout)["applied"] == 2
+        traces = TelemetryStore(tmp_path / "store").read("traces")
+        judged = dict(zip(traces["trace_id"], traces["feedback_verdict"], strict=True))
+        assert [judged[row[0]] for row in rows] == ["correct", "correct", None, None]
+        # The two left are shown again as issued, and showing them issues nothing.
+        chosen = read_chosen_by(TelemetryStore(tmp_path / "store"), "support")
+        again = tmp_path / "waiting.csv"
+        shown = runner.invoke(app, ["review", "queue", "-t", str(path), "--waiting", "-o", str(again), "--json"])
+        assert shown.exit_code == 0, shown.output
+        waiting = json.loads(shown.stdout)
+        assert waiting["waiting"] == 2 and [q["queue_id"] for q in waiting["queues"]] == [queue["queue_id"]]
+        assert waiting["queues"][0]["items"] == queue["items"][2:]  # the figures they were issued with
+        assert [row[0] for row in csv.reader(io.StringIO(again.read_text(encoding="utf-8-sig")))][1:] == [
+            row[0] for row in rows[2:]
+        ]
+        assert read_chosen_by(TelemetryStore(tmp_path / "store"), "support") == chosen
+        assert read_waiting(TelemetryStore(tmp_path / "store"), "other") == []  # a task sees its own queues only
+        told = " ".join(runner.invoke(app, ["review", "queue", "-t", str(path), "--waiting"]).stdout.split())
+        assert "2 answers, from 1 issued queue" in told and rows[2][0][:12] in told, told  # ids fold in the table
+        with again.open("w", encoding="utf-8", newline="") as filled:  # the rest judged: nothing waits
+            csv.writer(filled).writerows([header, *([*row[:6], "no", ""] for row in rows[2:])])
+        assert runner.invoke(app, ["feedback", str(again), "-t", str(path)]).exit_code == 0
+        done = runner.invoke(app, ["review", "queue", "-t", str(path), "--waiting"])
+        said = " ".join(done.stdout.split())
+        assert "nothing waiting in support" in said and "┏" not in done.stdout, said
 
 
 def test_queue_flow_publishes_the_queue_as_a_table_artifact(tmp_path: Path, prefect_harness: None) -> None:
