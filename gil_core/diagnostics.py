@@ -185,13 +185,14 @@ class Diagnostics:
 
     @contextmanager
     def call_span(
-        self, *, role: str, model: str, node_id: str | None = None, layer: int | None = None
+        self, *, role: str, model: str, node_id: str | None = None, layer: int | None = None, private: bool = False
     ) -> Iterator[CallSpan]:
         """Open ``gil.call`` as a child of the current span (normally a ``gil.resolve``) for one model call.
 
         On exit the usage given to ``CallSpan.finish`` becomes the span's token and energy attributes and is
         recorded in ``gil.call.energy``. An exception escaping the block is recorded on the span (by its type
-        only for a do-not-record call, ``call_options``), sets status ERROR, and propagates.
+        only for a ``private`` call: a do-not-record one, whose message may hold the request), sets status ERROR,
+        and propagates.
         """
         if not self._tracing():
             handle = CallSpan(self._idle_tracer.start_span("gil.call"))
@@ -213,10 +214,7 @@ class Diagnostics:
             try:
                 yield handle
             except BaseException as exc:
-                # Imported here: gil_core.llm's recorder imports this module.
-                from gil_core.llm.options import current_call_options
-
-                _record_error(span, exc, private=current_call_options().do_not_record)
+                _record_error(span, exc, private=private)
                 raise
             finally:
                 usage = handle._usage

@@ -276,6 +276,17 @@ def test_exception_in_call_span_is_recorded_marked_error_and_reraised(telemetry:
     assert resolve.status.status_code is StatusCode.UNSET  # caught inside the block, so not the resolution's error
 
 
+def test_a_private_call_span_records_its_error_by_type_only(telemetry: Telemetry) -> None:
+    echoed = "reply echoed: my card ends " + "42" * 2  # the frames keep source lines: not the text itself
+    with pytest.raises(Boom), telemetry.diagnostics.call_span(role="judge", model="qwen", private=True):
+        raise Boom(echoed)
+
+    (call,) = telemetry.finished("gil.call")
+    assert call.status.status_code is StatusCode.ERROR and call.status.description == "Boom"
+    (event,) = call.events
+    assert "4242" not in str(dict(event.attributes or {})) and str(event.attributes["exception.type"]).endswith("Boom")
+
+
 async def test_concurrent_async_resolutions_nest_calls_under_their_own_resolve_span(telemetry: Telemetry) -> None:
     both_open = asyncio.Barrier(2)
 

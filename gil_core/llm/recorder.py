@@ -174,9 +174,10 @@ class _Recording:
     def _span(self, scope: CallScope | None, role: CallRole, model: str) -> AbstractContextManager[CallSpan]:
         """A ``gil.call`` span around one call of ``scope`` (the current one); ``_finish`` closes it."""
         diagnostics = self._diagnostics or default_diagnostics()
+        private = current_call_options().do_not_record  # an error's message may hold the request
         if scope is None:
-            return diagnostics.call_span(role=role, model=model)
-        return diagnostics.call_span(role=role, model=model, node_id=scope.node_id, layer=scope.layer)
+            return diagnostics.call_span(role=role, model=model, private=private)
+        return diagnostics.call_span(role=role, model=model, node_id=scope.node_id, layer=scope.layer, private=private)
 
     def _finish(self, span: CallSpan, columns: dict[str, Any], scope: CallScope | None) -> None:
         """Close the call's span with its fields (``_base``) and keep its record."""
