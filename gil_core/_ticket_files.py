@@ -12,13 +12,12 @@ import hashlib
 import json
 import sys
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gil_core.atomic import atomic_open
 from gil_core.errors import BatchFileError, ConfigurationError
 
 __all__ = [
@@ -35,7 +34,6 @@ __all__ = [
     "read_tickets",
     "read_verdicts",
     "text_encoding",
-    "write_sheet",
 ]
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -247,49 +245,6 @@ def read_verdicts(
         else:
             verdicts.append(Verdict(row["trace_id"], row["correct"], row.get("correction")))
     return verdicts, bad
-
-
-def write_sheet(out: str | Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
-    """Write ``rows`` under ``header`` as a sheet for a person (``.csv``, or ``.tsv`` for tabs), atomically, with
-    empty ``correct`` and ``correction`` columns after them: filled in, it is a verdicts file (``read_verdicts``)
-    when its columns hold ``trace_id``. UTF-8 with a byte order mark, which spreadsheets read by; None an empty
-    cell, a list its items joined by `` > ``, text a spreadsheet would run as a formula after an apostrophe. How
-    many rows it wrote; a file that cannot be written raises ``BatchFileError`` naming it, the file as it was
-    left."""
-    delimiter = CSV_DELIMITERS.get(Path(out).suffix)
-    if delimiter is None:
-        raise BatchFileError(
-            f"a sheet is written to .csv or .tsv, not {Path(out).suffix or 'no suffix'}", path=str(out)
-        )
-    written = 0
-    try:
-        with atomic_open(out) as handle:
-            handle.write("\ufeff")
-            sheet = csv.writer(handle, delimiter=delimiter, lineterminator="\n")
-            sheet.writerow([*header, "correct", "correction"])
-            for row in rows:
-                sheet.writerow([*(_sheet_cell(value) for value in row), "", ""])
-                written += 1
-    except OSError as exc:
-        raise BatchFileError(f"cannot write the sheet ({type(exc).__name__}: {exc})", path=str(out)) from exc
-    return written
-
-
-_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _sheet_cell(value: Any) -> str:
-    """A value as a sheet shows it. Text that a spreadsheet would take for a formula (a request is anyone's text:
-    ``=HYPERLINK(…)`` runs when the sheet is opened) is written after an apostrophe, which shows it as text."""
-    if value is None:
-        return ""
-    if isinstance(value, list | tuple):
-        text = " > ".join(str(item) for item in value)
-    elif isinstance(value, str):
-        text = value
-    else:
-        return str(value)
-    return "'" + text if text.startswith(_FORMULA_STARTS) else text
 
 
 def _csv_verdicts(rows: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:

@@ -26,6 +26,7 @@ from typing import Any
 
 import polars as pl
 
+from gil_core._sheet_files import write_sheet
 from gil_core._ticket_files import (
     CSV_DELIMITERS,
     DEFAULT_FORMAT,
@@ -40,7 +41,6 @@ from gil_core._ticket_files import (
     read_tickets,
     read_verdicts,
     text_encoding,
-    write_sheet,
 )
 from gil_core.atomic import atomic_open
 from gil_core.batch_feedback import FeedbackReport, apply_verdicts, graded
