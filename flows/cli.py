@@ -278,6 +278,13 @@ def feedback(
         if result.get("not_learned"):
             line += f"; memory did not learn {result['not_learned']} (the verdicts are stored: gil rebuild-memory)"
         console.print(line)
+        if outside := result.get("not_tree_answers"):
+            console.print(
+                f"{outside} correction{'s are' if outside != 1 else ' is'} none of the tree's answers: memory keeps"
+                " them, the learned reflex learns nothing from them (correct with the tree's answer, its text or"
+                " template filled in, or with none of these)",
+                highlight=False,
+            )
 
     emit(result, as_json, said)
 

@@ -5,12 +5,13 @@ rerun after a crash counts nothing twice, and an unknown trace is reported while
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gil_core._ticket_files import BadInput, Verdict
 from gil_core.errors import ConfigurationError
+from gil_core.habits.attribution import AnswerIndex
 from gil_core.resolver import Resolver
 from gil_core.tasks import TaskDefinition
 
@@ -25,6 +26,9 @@ class FeedbackReport:
     unchanged: int = 0
     failed: list[BadInput] = field(default_factory=list)
     not_learned: int = 0  # verdicts stored (applied or unchanged) that memory failed to learn: a rebuild replays them
+    # Corrections on the task's traces (applied or unchanged), with the learned reflex on, that are none of its
+    # tree's answers (a reply in a person's own words, say): memory keeps them; the learned reflex learns nothing.
+    not_tree_answers: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -32,6 +36,7 @@ class FeedbackReport:
             "unchanged": self.unchanged,
             "failed": [str(item) for item in self.failed],
             "not_learned": self.not_learned,
+            "not_tree_answers": self.not_tree_answers,
         }
 
 
@@ -52,9 +57,12 @@ async def apply_verdicts(
     if chunk < 1:
         raise ConfigurationError(f"chunk must be at least 1, got {chunk}")
     report = FeedbackReport()
+    outside = _outside_tree(task)
     stream = iter(verdicts)
     while part := list(itertools.islice(stream, chunk)):
         outcome = await resolver.feedback_many(task, part, skip_carried=True)
+        unknown = {error.trace_id for error in outcome.unknown}
+        report.not_tree_answers += sum(1 for v in part if v.trace_id not in unknown and outside(v))
         report.applied += outcome.stored
         report.unchanged += outcome.carried
         report.failed.extend(BadInput(f"trace {error.trace_id!r}", str(error)) for error in outcome.unknown)
@@ -63,3 +71,18 @@ async def apply_verdicts(
     if report.applied:
         await resolver.refresh_learned(task)  # the touched nodes refit before the next batch
     return report
+
+
+def _outside_tree(task: TaskDefinition) -> Callable[[Verdict], bool]:
+    """Whether a verdict's correction is one the task's learned reflex cannot learn from: none of the tree's
+    answers (an answer's text or a filled template) nor "none of these". Never, for a task without it."""
+    if task.policy.learned is None:
+        return lambda verdict: False
+    answers = AnswerIndex(task.tree)
+    escape = task.language.none_of_these
+
+    def outside(verdict: Verdict) -> bool:
+        correction = (verdict.correction or "").strip()
+        return bool(correction) and correction != escape and answers.option_for(correction) is None
+
+    return outside

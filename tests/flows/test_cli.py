@@ -131,7 +131,14 @@ def test_a_batch_with_a_bad_line_reports_it_and_resolves_the_rest_then_feedback_
     code, stdout, _ = invoke("feedback", str(verdicts), "-t", str(task), "--json")
     assert code == 0 and json.loads(stdout)["applied"] == 2
     code, stdout, _ = invoke("feedback", str(verdicts), "-t", str(task), "--json")
-    assert json.loads(stdout) == {"applied": 0, "unchanged": 2, "failed": [], "not_learned": 0, "bad_lines": []}
+    assert json.loads(stdout) == {
+        "applied": 0,
+        "unchanged": 2,
+        "failed": [],
+        "not_learned": 0,
+        "not_tree_answers": 0,
+        "bad_lines": [],
+    }
 
     code, stdout, _ = invoke("stats", "-t", str(task), "--json")
     by_mode = {row["mode"]: row for row in json.loads(stdout)["modes"]}

@@ -1,5 +1,5 @@
 """``gil review queue``: the feedback queue printed for programs (``--json``) and for people, recorded as issued,
-read back by the learned judge's log per verdict."""
+read back by the learned judge's log per verdict; and what ``gil feedback`` says of corrections it cannot learn."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from gil_core.resolver import Resolver
 from gil_core.taskfile import load_task_file
 from gil_core.telemetry import TelemetryStore
 from tests.flows._support import write_task_file
-from tests.learned._support import bad_model, embedder, run_with_feedback, support_stream
+from tests.learned._support import NONE, bad_model, embedder, run_with_feedback, support_stream
+from tests.reliability._support import REFUND
 
 runner = CliRunner()
 
@@ -117,6 +118,39 @@ def test_the_queue_as_a_sheet_filled_in_goes_back_through_gil_feedback_as_the_qu
         done = runner.invoke(app, ["review", "queue", "-t", str(path), "--waiting"])
         said = " ".join(done.stdout.split())
         assert "nothing waiting in support" in said and "┏" not in done.stdout, said
+
+
+def test_gil_feedback_says_how_many_corrections_the_learned_reflex_cannot_learn_from(tmp_path: Path) -> None:
+    with bad_model() as server:
+        path = store_with_unconfirmed(tmp_path, server.base_url)
+        traces = TelemetryStore(tmp_path / "store").read("traces")
+        open_ids = traces.filter(traces["feedback_verdict"].is_null())["trace_id"].to_list()[:4]
+        own_words = "So sorry! I've pushed your refund through, it'll be with you by Friday."
+        corrections = [
+            REFUND,
+            own_words,
+            NONE,
+            "Order 4411 is on its way; the tracking link is in your confirmation email.",
+        ]
+        verdicts = tmp_path / "verdicts.jsonl"
+        verdicts.write_text(
+            "".join(
+                json.dumps({"trace_id": trace_id, "correct": False, "correction": correction}) + "\n"
+                for trace_id, correction in zip(open_ids, corrections, strict=True)
+            )
+            + json.dumps({"trace_id": "no-such-trace", "correct": False, "correction": own_words})
+            + "\n",
+            encoding="utf-8",
+        )
+        given = runner.invoke(app, ["feedback", str(verdicts), "-t", str(path), "--json"])
+        assert given.exit_code == 0, given.output
+        report = json.loads(given.stdout)
+        # The tree's answer, none of these and a filled template teach it; the reply in a person's own words does
+        # not, and the verdict on a trace the task does not have is not counted.
+        assert report["applied"] == 4 and len(report["failed"]) == 1 and report["not_tree_answers"] == 1
+        again = runner.invoke(app, ["feedback", str(verdicts), "-t", str(path)])  # carried already: said again
+    said = " ".join(again.stdout.split())
+    assert "unchanged 4" in said and "1 correction is none of the tree's answers" in said, said
 
 
 def test_queue_flow_publishes_the_queue_as_a_table_artifact(tmp_path: Path, prefect_harness: None) -> None:

@@ -144,7 +144,7 @@ def test_a_paused_queue_resumed_with_verdicts_applies_the_answered_rows_once(que
     verdicts = result["verdicts"]
     assert verdicts["applied"] == [right["trace_id"], wrong["trace_id"]]
     assert verdicts["unanswered"] == [untouched["trace_id"]] and verdicts["problems"] == []
-    assert verdicts["report"] == {"applied": 2, "unchanged": 0, "failed": [], "not_learned": 0}
+    assert verdicts["report"] == {"applied": 2, "unchanged": 0, "failed": [], "not_learned": 0, "not_tree_answers": 0}
     stored = stored_verdicts(queued)
     assert stored[right["trace_id"]] == ("correct", None) and stored[wrong["trace_id"]] == ("wrong", correction)
     assert untouched["trace_id"] not in stored and len(stored) == 40 + 2
