@@ -206,11 +206,16 @@ def finish_batch(
 
 @gil_task(name="apply verdicts")
 async def apply_feedback_task(
-    task_file: str, verdicts_path: str, encoding: str = "utf-8", key: TicketColumns | None = None
+    task_file: str,
+    verdicts_path: str,
+    encoding: str = "utf-8",
+    key: TicketColumns | None = None,
+    by_option: bool = False,
 ) -> dict[str, Any]:
     logger = get_run_logger()
     loaded = load_task_file(task_file)
-    verdicts, bad = read_feedback(TelemetryStore(loaded.store), loaded.task, verdicts_path, encoding=encoding, key=key)
+    store = TelemetryStore(loaded.store)
+    verdicts, bad = read_feedback(store, loaded.task, verdicts_path, encoding=encoding, key=key, by_option=by_option)
     for item in bad:
         logger.warning("skipped %s", item)
     async with open_runtime(loaded) as runtime:
@@ -352,12 +357,15 @@ async def apply_feedback_flow(
     key: bool = False,
     id_column: str = "id",
     answer_column: str = "answer",
+    option_column: str | None = None,
 ) -> dict[str, Any]:
     """Apply a verdicts file (JSONL: trace_id, correct, correction?; or a sheet filled in, ``read_verdicts``) saved
     in ``encoding`` (UTF-8 by default); a verdict already applied counts once. With ``key``, the file is an answer
     key instead, each resolved ticket's id under ``id_column`` and its right answer under ``answer_column``,
-    graded against the store (``key_verdicts``, as ``gil feedback --key``)."""
-    columns = TicketColumns(id_column, (answer_column,)) if key else None
-    report = await apply_feedback_task(task_file, verdicts, encoding, columns)
+    graded against the store (``key_verdicts``, as ``gil feedback --key``); with ``option_column`` too, the key names
+    each ticket's right answer in the tree under it instead (an option's id or label, or none of these), as
+    ``gil feedback --key --option-column``."""
+    columns = TicketColumns(id_column, (option_column or answer_column,)) if key else None
+    report = await apply_feedback_task(task_file, verdicts, encoding, columns, key and option_column is not None)
     await publish_stats(task_file)
     return report

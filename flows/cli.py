@@ -245,6 +245,15 @@ def feedback(
     ] = False,
     id_column: IdColumnOption = "id",
     answer_column: Annotated[str, typer.Option(help="With --key: the column holding the right answer.")] = "answer",
+    option_column: Annotated[
+        str | None,
+        typer.Option(
+            help="With --key, instead of --answer-column: the column naming the right answer in the tree (an "
+            "option's id or label, or none of these), as a help desk's category column may. Graded by which answer "
+            "it is; a wrong one is corrected to the named answer's text (a template's filled from the request by "
+            "its patterns; a procedure, or a template they do not fill, is wrong without a correction)."
+        ),
+    ] = None,
     encoding_name: EncodingOption = "utf-8",
     as_json: JsonOption = False,
 ) -> None:
@@ -255,9 +264,15 @@ def feedback(
     from gil_core.telemetry import TelemetryStore
 
     loaded = task_file(task_file_path)
-    columns = guarded(lambda: TicketColumns(id_column, (answer_column,))) if key else None
+    if option_column is not None and not key:
+        raise fail("--option-column: names a column of an answer key: give --key too")
+    graded_by = option_column or answer_column
+    columns = guarded(lambda: TicketColumns(id_column, (graded_by,))) if key else None
     store = TelemetryStore(loaded.store)
-    items, bad = guarded(lambda: read_feedback(store, loaded.task, verdicts, encoding=encoding_name, key=columns))
+    by_option = option_column is not None
+    items, bad = guarded(
+        lambda: read_feedback(store, loaded.task, verdicts, encoding=encoding_name, key=columns, by_option=by_option)
+    )
     for item in bad:
         warn("skipped", item)
 

@@ -43,11 +43,12 @@ from gil_core._ticket_files import (
     text_encoding,
 )
 from gil_core.atomic import atomic_open
-from gil_core.batch_feedback import FeedbackReport, apply_verdicts, graded
+from gil_core.batch_feedback import FeedbackReport, apply_verdicts, graded, key_option, option_graded
 from gil_core.batch_scope import batch_scope, new_batch_id
 from gil_core.batch_workers import model_endpoints, share_client_budget
 from gil_core.errors import BatchFileError, ConfigurationError, GilError, SchemaViolationError, TelemetryError
 from gil_core.habits.attribution import habit_for_text
+from gil_core.ontology import Option
 from gil_core.resolver import Resolver
 from gil_core.tasks import TaskDefinition
 from gil_core.telemetry import TelemetryStore
@@ -479,12 +480,12 @@ def write_results(
     if Path(out).suffix in CSV_DELIMITERS:
         texts = not isinstance(tickets, BatchReport) and not task.policy.do_not_record
         fields = (*_RESULT_FIELDS[:4], "text", *_RESULT_FIELDS[4:]) if texts else _RESULT_FIELDS
-        rows = ([text if field == "text" else line[field] for field in fields] for line, text in lines)
+        rows = ([text if field == "text" else line[field] for field in fields] for line, text, _ in lines)
         return write_sheet(out, fields, rows)
     written = 0
     try:
         with atomic_open(out) as handle:
-            for line, _ in lines:
+            for line, _, _ in lines:
                 handle.write(json.dumps(line, ensure_ascii=False) + "\n")
                 written += 1
     except OSError as exc:  # the store's own failures are TelemetryErrors already: this is the results file's
@@ -493,26 +494,39 @@ def write_results(
 
 
 def key_verdicts(
-    store: TelemetryStore, task: TaskDefinition, key: Iterable[Ticket | BadInput]
+    store: TelemetryStore, task: TaskDefinition, key: Iterable[Ticket | BadInput], *, by_option: bool = False
 ) -> tuple[list[Verdict], list[BadInput]]:
     """Verdicts from an answer key: each ``Ticket`` of ``key`` holds a ticket's id and, as its text, the answer it
     should have got (``iter_tickets`` reads a key file by its columns); its trace is read from ``store`` and
-    ``graded``. A ticket without a trace (not resolved yet) is a ``BadInput``, as are the key's own bad lines. A
+    ``graded``. With ``by_option``, the text names the tree answer instead (an option's id or label, or none of
+    these: ``key_option``) and the trace is ``option_graded``; a name that is none of the tree's is a
+    ``BadInput``. A ticket without a trace (not resolved yet) is a ``BadInput``, as are the key's own bad lines. A
     ``do_not_record`` task keeps no answers to compare: refused (``ConfigurationError``)."""
     if task.policy.do_not_record:
         raise ConfigurationError(f"task {task.name!r} records no answers (do_not_record): nothing to grade by a key")
     verdicts: list[Verdict] = []
     bad: list[BadInput] = []
     answers: list[tuple[str, str, str | None]] = []
+    named: dict[str, Option | None] = {}
     for item in key:
         if isinstance(item, BadInput):
             bad.append(item)
+        elif by_option and not (found_option := key_option(task, item.text))[0]:
+            said = f"{item.text!r} names none of the tree's answers (an option's id or label, or none of these)"
+            bad.append(BadInput(f"ticket {item.id!r}", said))
         else:
+            if by_option:
+                named[item.id] = found_option[1]
             answers.append((item.id, ticket_trace_id(task.name, item.id), item.text))
     found: set[str] = set()
-    for line, expected in _result_lines(store, task, answers):
+    for line, expected, request in _result_lines(store, task, answers):
         found.add(line["id"])
-        verdicts.append(graded(line["trace_id"], line["output"], expected or ""))
+        if by_option:
+            option = named[line["id"]]
+            args = (line["trace_id"], line["option_id"], line["output"], request, option)
+            verdicts.append(option_graded(task, *args))
+        else:
+            verdicts.append(graded(line["trace_id"], line["output"], expected or ""))
     bad += [
         BadInput(f"ticket {ticket_id!r}", "no trace: resolve it first (gil resolve-batch)")
         for ticket_id, _, _ in answers
@@ -528,27 +542,29 @@ def read_feedback(
     *,
     encoding: str = "utf-8",
     key: TicketColumns | None = None,
+    by_option: bool = False,
 ) -> tuple[list[Verdict], list[BadInput]]:
     """The verdicts a feedback file gives and its bad lines: a verdicts file (``read_verdicts``), or with ``key``
-    (the columns of each ticket's id and of its right answer) an answer key graded against the store
-    (``key_verdicts``)."""
+    (the columns of each ticket's id and of its right answer, or with ``by_option`` of the tree answer it names)
+    an answer key graded against the store (``key_verdicts``)."""
     if key is None:
         return read_verdicts(path, encoding=encoding)
-    return key_verdicts(store, task, iter_tickets(path, columns=key, encoding=encoding))
+    tickets = iter_tickets(path, columns=key, encoding=encoding)
+    return key_verdicts(store, task, tickets, by_option=by_option)
 
 
 def _result_lines(
     store: TelemetryStore, task: TaskDefinition, triples: Iterable[tuple[str, str, str | None]]
-) -> Iterator[tuple[dict[str, Any], str | None]]:
-    """The result line of each (ticket id, trace id, text) that has a trace, in order, with its text; the traces
-    read ``_RESULTS_WINDOW`` at a time."""
+) -> Iterator[tuple[dict[str, Any], str | None, str]]:
+    """The result line of each (ticket id, trace id, text) that has a trace, in order, with its text and the
+    request the trace keeps (empty for a do-not-record one); the traces read ``_RESULTS_WINDOW`` at a time."""
     source = iter(triples)
     while part := list(itertools.islice(source, _RESULTS_WINDOW)):
         rows = _result_rows(store, [trace_id for _, trace_id, _ in part])
         for ticket_id, trace_id, text in part:
             row = rows.get(trace_id)
             if row is not None:
-                yield _result_line(task, ticket_id, trace_id, row), text
+                yield _result_line(task, ticket_id, trace_id, row), text, row["state"] or ""
 
 
 _RESULT_FIELDS = ("id", "trace_id", "mode", "output", "option_id", "confidence", "energy", "path", "failure")
@@ -558,7 +574,7 @@ def _result_rows(store: TelemetryStore, trace_ids: list[str]) -> dict[str, dict[
     traces = store.rescanning(
         lambda: (
             store.scan("traces", only={"trace_id": trace_ids})
-            .select("trace_id", "mode", "output", "label", "confidence", "energy", "path", "failure")
+            .select("trace_id", "state", "mode", "output", "label", "confidence", "energy", "path", "failure")
             .collect()
         )
     )

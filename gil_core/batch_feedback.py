@@ -11,11 +11,13 @@ from typing import Any
 
 from gil_core._ticket_files import BadInput, Verdict
 from gil_core.errors import ConfigurationError
+from gil_core.fallback.slots import filled_without_model
 from gil_core.habits.attribution import AnswerIndex
+from gil_core.ontology import Option, OptionKind
 from gil_core.resolver import Resolver
 from gil_core.tasks import TaskDefinition
 
-__all__ = ["VERDICT_CHUNK", "FeedbackReport", "apply_verdicts", "graded"]
+__all__ = ["NONE_NAMES", "VERDICT_CHUNK", "FeedbackReport", "apply_verdicts", "graded", "key_option", "option_graded"]
 
 VERDICT_CHUNK = 1_000  # verdicts stored in one append and taught to memory in one write
 
@@ -46,6 +48,44 @@ def graded(trace_id: str, output: str | None, expected: str) -> Verdict:
     if (output or "").strip() == expected.strip():
         return Verdict(trace_id, True)
     return Verdict(trace_id, False, expected.strip())
+
+
+NONE_NAMES = ("none", "none of these")
+"""How an answer key's option column may name "none of these", besides the task's own wording of it."""
+
+
+def key_option(task: TaskDefinition, value: str) -> tuple[bool, Option | None]:
+    """The tree answer an answer key's option cell names: (found, the option, or None for "none of these"). An
+    option is named by its id or its label, case and surrounding spaces aside."""
+    wanted = value.strip().casefold()
+    if wanted in (*NONE_NAMES, task.language.none_of_these.strip().casefold()):
+        return True, None
+    for option, _ in task.tree.options():
+        if wanted in (option.id.casefold(), option.label.strip().casefold()):
+            return True, option
+    return False, None
+
+
+def option_graded(
+    task: TaskDefinition, trace_id: str, answered: str | None, output: str | None, request: str, expected: Option | None
+) -> Verdict:
+    """The verdict an answer key that names tree answers gives a trace: right when the trace's answer is the one
+    named (``answered``: the result line's ``option_id``; "none of these" by its text), graded by which answer it
+    is, not by the blanks a template filled in; else wrong, corrected to the named answer's text: an answer's own,
+    a template's filled for ``request`` without a model (``filled_without_model``), "none of these". A procedure,
+    or a template whose blanks the request does not fill, has no text to correct to: wrong without a correction."""
+    none_text = task.language.none_of_these
+    if expected is None:
+        if (output or "").strip() == none_text:
+            return Verdict(trace_id, True)
+        return Verdict(trace_id, False, none_text)
+    if answered == expected.id:
+        return Verdict(trace_id, True)
+    if expected.kind is OptionKind.ANSWER:
+        return Verdict(trace_id, False, expected.text)
+    if expected.kind is OptionKind.TEMPLATE:
+        return Verdict(trace_id, False, filled_without_model(request, expected))
+    return Verdict(trace_id, False)
 
 
 async def apply_verdicts(

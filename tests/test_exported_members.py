@@ -72,6 +72,7 @@ PUBLIC = {
         "Violation",
         "build_fallback_messages",
         "build_slot_messages",
+        "filled_without_model",
         "run_procedure",
     ],
     "gil_core.habits": [

@@ -22,12 +22,12 @@ from gil_core.fallback.contracts import (
 if TYPE_CHECKING:
     from gil_core.fallback.generator import FallbackGenerator, Generation, build_fallback_messages
     from gil_core.fallback.procedures import run_procedure
-    from gil_core.fallback.slots import SlotFill, SlotFiller, build_slot_messages
+    from gil_core.fallback.slots import SlotFill, SlotFiller, build_slot_messages, filled_without_model
 
 _HOMES = {
     "gil_core.fallback.generator": ("FallbackGenerator", "Generation", "build_fallback_messages"),
     "gil_core.fallback.procedures": ("run_procedure",),
-    "gil_core.fallback.slots": ("SlotFill", "SlotFiller", "build_slot_messages"),
+    "gil_core.fallback.slots": ("SlotFill", "SlotFiller", "build_slot_messages", "filled_without_model"),
 }
 __all__ = [
     "Accepted",
@@ -44,6 +44,7 @@ __all__ = [
     "Violation",
     "build_fallback_messages",
     "build_slot_messages",
+    "filled_without_model",
     "run_procedure",
 ]
 __getattr__ = lazy_names(__name__, _HOMES, globals())

@@ -21,7 +21,7 @@ from gil_core.language import PromptLanguage, fill, placeholders
 from gil_core.llm.ports import ChatModel, Message
 from gil_core.ontology.model import Option, OptionKind, Slot
 
-__all__ = ["SlotFill", "SlotFiller", "build_slot_messages"]
+__all__ = ["SlotFill", "SlotFiller", "build_slot_messages", "filled_without_model"]
 
 # Small models wrap JSON in a Markdown fence however they are asked; that much is tolerated, nothing more.
 _FENCE = re.compile(r"```(?:json)?[ \t]*\n?(.*?)\n?[ \t]*```", re.DOTALL | re.IGNORECASE)
@@ -84,6 +84,16 @@ def _matched_values(request: str, slots: Sequence[Slot]) -> dict[str, str]:
 def _known_values(request: str, slots: Sequence[Slot]) -> dict[str, str]:
     """The values no model is asked for: fixed ones, and those the patterns read out of the request."""
     return {**_fixed_values(slots), **_matched_values(request, slots)}
+
+
+def filled_without_model(request: str, option: Option) -> str | None:
+    """``option``'s template filled for ``request`` with what no model is asked for (its fixed blanks, and those its
+    slots' patterns read out of the request), or None while a blank is left."""
+    template, slots = _template_slots(option)
+    known = _known_values(request, slots)
+    if any(slot.name not in known for slot in slots):
+        return None
+    return fill(template, known)
 
 
 def build_slot_messages(

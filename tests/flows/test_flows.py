@@ -122,7 +122,8 @@ async def test_memory_hits_the_guard_took_back_are_a_table_artifact_of_the_batch
 @pytest.mark.usefixtures("prefect_harness")
 async def test_the_feedback_flow_grades_resolved_tickets_by_an_answer_key(tmp_path: Path) -> None:
     """The apply-feedback flow given an answer key (``key=True``): each resolved ticket's answer graded against
-    the key's, as ``gil feedback --key`` grades them; regraded, it counts nothing twice."""
+    the key's, as ``gil feedback --key`` grades them; regraded, it counts nothing twice. A key naming the tree's
+    answers (``option_column``) grades by answer, as ``--option-column`` does."""
     from flows.batch import apply_feedback_flow, resolve_batch_flow
     from gil_core.batch import ticket_trace_id
 
@@ -133,7 +134,8 @@ async def test_the_feedback_flow_grades_resolved_tickets_by_an_answer_key(tmp_pa
         tickets = tmp_path / "history.jsonl"
         tickets.write_text(
             json.dumps({"id": "a", "text": "where is my refund?"}) + "\n"
-            + json.dumps({"id": "b", "text": "do you sell gift cards?"}) + "\n",
+            + json.dumps({"id": "b", "text": "do you sell gift cards?"}) + "\n"
+            + json.dumps({"id": "c", "text": "how long does delivery take?"}) + "\n",
             encoding="utf-8",
         )  # fmt: skip
         await resolve_batch_flow(task, str(tickets), out=str(tmp_path / "results.jsonl"))
@@ -142,12 +144,22 @@ async def test_the_feedback_flow_grades_resolved_tickets_by_an_answer_key(tmp_pa
         graded = {"key": True, "id_column": "Ticket", "answer_column": "Reply"}
         report = await apply_feedback_flow(task, str(key), **graded)
         again = await apply_feedback_flow(task, str(key), **graded)
+        categories = tmp_path / "categories.csv"
+        categories.write_text("Ticket,Category\nc,delivery time\n", encoding="utf-8")
+        by_option = await apply_feedback_flow(
+            task, str(categories), key=True, id_column="Ticket", option_column="Category"
+        )
     assert (report["applied"], report["failed"]) == (2, [])
+    assert (by_option["applied"], by_option["failed"]) == (1, [])
     assert (again["applied"], again["unchanged"]) == (0, 2)
     rows = TelemetryStore(tmp_path / "store").read("traces").iter_rows(named=True)
     got = {row["trace_id"]: (row["feedback_verdict"], row["feedback_correction"]) for row in rows}
-    a, b = ticket_trace_id("support", "a"), ticket_trace_id("support", "b")
-    assert got == {a: ("correct", None), b: ("wrong", refund)}
+    a, b, c = (ticket_trace_id("support", ticket) for ticket in "abc")
+    assert got == {
+        a: ("correct", None),
+        b: ("wrong", refund),
+        c: ("wrong", "Standard delivery takes 3 to 5 business days."),
+    }
 
 
 @pytest.mark.usefixtures("prefect_harness")

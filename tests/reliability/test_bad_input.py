@@ -549,6 +549,45 @@ def test_an_answer_key_grades_the_resolved_tickets_once_and_names_the_ones_not_r
     assert code == 2 and "records no answers (do_not_record)" in one_error_line(stderr)
 
 
+def test_an_answer_key_that_names_tree_answers_grades_by_answer_and_corrects_to_the_named_answer_s_text(
+    tmp_path: Path,
+) -> None:
+    # A help desk's export whose category column names the tree's answers, its replies in the agents' own words.
+    tickets = tmp_path / "history.csv"
+    texts = ["where is my refund?", "how long does delivery take?", "where is order 16875?", "change my email",
+             "what's the weather tomorrow?", "where is my order?", "my parcel is broken"]  # fmt: skip
+    tickets.write_text("id,text\n" + "".join(f"{i},{text}\n" for i, text in enumerate(texts)), encoding="utf-8")
+    named = ["refund-status", " Delivery Time ", "track-order", "change-email", "none", "track-order", "Billing"]
+    key = tmp_path / "key.csv"
+    key.write_text("Ticket,Category\n" + "".join(f"{i},{name}\n" for i, name in enumerate(named)), encoding="utf-8")
+    with healthy_server() as server:  # routes everything to the refund answer
+        task = write_task_file(tmp_path, server.base_url)
+        code, _, stderr = invoke("resolve-batch", str(tickets), "-o", str(tmp_path / "r.jsonl"), "-t", str(task))
+        assert code == 0, stderr
+        flags = ["--key", "--id-column", "Ticket", "--option-column", "Category", "-t", str(task), "--json"]
+        code, stdout, stderr = invoke("feedback", str(key), *flags)
+        assert code == 0, stderr
+        applied = json.loads(stdout)
+        assert applied["applied"] == 6
+        assert applied["bad_lines"] == [
+            "ticket '6': 'Billing' names none of the tree's answers (an option's id or label, or none of these)"
+        ]  # a category, not an answer
+        rows = TelemetryStore(tmp_path / "store").read("traces").iter_rows(named=True)
+        got = {row["trace_id"]: (row["feedback_verdict"], row["feedback_correction"]) for row in rows}
+        track = "Order 16875 is on its way; the tracking link is in your confirmation email."
+        assert [got[ticket_trace_id("support", str(i))] for i in range(7)] == [
+            ("correct", None),
+            ("wrong", "Standard delivery takes 3 to 5 business days."),  # named by its label
+            ("wrong", track),  # the template filled from the request by its slot's pattern
+            ("wrong", None),  # a procedure: no text to correct to
+            ("wrong", "None of these"),
+            ("wrong", None),  # no order number in the request: the template's blank stays open
+            (None, None),
+        ]
+        code, _, stderr = invoke("feedback", str(key), "--option-column", "Category", "-t", str(task))
+    assert code == 2 and "give --key too" in one_error_line(stderr)
+
+
 def test_a_sheet_of_a_do_not_record_task_leaves_the_requests_out(tmp_path: Path) -> None:
     tickets = tmp_path / "tickets.csv"
     tickets.write_text("id,text\na,my card number is 4111 and where is my refund?\n")
