@@ -515,6 +515,20 @@ def test_the_same_columns_name_a_ticket_in_jsonl_and_parquet(tmp_path: Path) -> 
 # -- verdicts -----------------------------------------------------------------------------------------------
 
 
+def resolved_then_graded(
+    tmp_path: Path, server: ScriptedOpenAIServer, tickets: Path, key: Path, *column: str
+) -> tuple[Path, list[str], dict[str, Any]]:
+    """A task's tickets resolved through the CLI, then graded by an answer key (``column``: the option naming the
+    key's answer column and its name): the task file, the grading flags and what ``gil feedback --json`` said."""
+    task = write_task_file(tmp_path, server.base_url)
+    code, _, stderr = invoke("resolve-batch", str(tickets), "-o", str(tmp_path / "r.jsonl"), "-t", str(task))
+    assert code == 0, stderr
+    flags = ["--key", "--id-column", "Ticket", *column, "-t", str(task), "--json"]
+    code, stdout, stderr = invoke("feedback", str(key), *flags)
+    assert code == 0, stderr
+    return task, flags, json.loads(stdout)
+
+
 def test_an_answer_key_grades_the_resolved_tickets_once_and_names_the_ones_not_resolved(tmp_path: Path) -> None:
     # A help desk's resolved history: its tickets resolved, then graded by the answers its agents gave.
     tickets = tmp_path / "history.csv"
@@ -525,13 +539,7 @@ def test_an_answer_key_grades_the_resolved_tickets_once_and_names_the_ones_not_r
         f"Ticket,Reply\na,  {REFUND}  \nb,{delivery}\nzz,{REFUND}\n,{REFUND}\n", encoding="utf-8"
     )  # the scripted model routes everything to the refund answer: a right, b wrong; zz never resolved
     with healthy_server() as server:
-        task = write_task_file(tmp_path, server.base_url)
-        code, _, stderr = invoke("resolve-batch", str(tickets), "-o", str(tmp_path / "r.jsonl"), "-t", str(task))
-        assert code == 0, stderr
-        flags = ["--key", "--id-column", "Ticket", "--answer-column", "Reply", "-t", str(task), "--json"]
-        code, stdout, stderr = invoke("feedback", str(key), *flags)
-        assert code == 0, stderr
-        applied = json.loads(stdout)
+        _, flags, applied = resolved_then_graded(tmp_path, server, tickets, key, "--answer-column", "Reply")
         assert applied["applied"] == 2 and len(applied["bad_lines"]) == 2
         assert applied["bad_lines"][0].startswith(f"{key}:5: a ticket needs")  # no id
         assert applied["bad_lines"][1] == "ticket 'zz': no trace: resolve it first (gil resolve-batch)"
@@ -561,13 +569,7 @@ def test_an_answer_key_that_names_tree_answers_grades_by_answer_and_corrects_to_
     key = tmp_path / "key.csv"
     key.write_text("Ticket,Category\n" + "".join(f"{i},{name}\n" for i, name in enumerate(named)), encoding="utf-8")
     with healthy_server() as server:  # routes everything to the refund answer
-        task = write_task_file(tmp_path, server.base_url)
-        code, _, stderr = invoke("resolve-batch", str(tickets), "-o", str(tmp_path / "r.jsonl"), "-t", str(task))
-        assert code == 0, stderr
-        flags = ["--key", "--id-column", "Ticket", "--option-column", "Category", "-t", str(task), "--json"]
-        code, stdout, stderr = invoke("feedback", str(key), *flags)
-        assert code == 0, stderr
-        applied = json.loads(stdout)
+        task, _, applied = resolved_then_graded(tmp_path, server, tickets, key, "--option-column", "Category")
         assert applied["applied"] == 6
         assert applied["bad_lines"] == [
             "ticket '6': 'Billing' names none of the tree's answers (an option's id or label, or none of these)"
