@@ -19,6 +19,7 @@ from flows._prefect import RunnerKind, artifact_key, batch_task_runner, ensure_e
 from flows._progress import flow_progress, progress_of
 from gil_core.batch import (
     MAX_LINE_BYTES,
+    AnswerKey,
     BadInput,
     BatchReport,
     Ticket,
@@ -209,13 +210,12 @@ async def apply_feedback_task(
     task_file: str,
     verdicts_path: str,
     encoding: str = "utf-8",
-    key: TicketColumns | None = None,
-    by_option: bool = False,
+    key: AnswerKey | None = None,
 ) -> dict[str, Any]:
     logger = get_run_logger()
     loaded = load_task_file(task_file)
     store = TelemetryStore(loaded.store)
-    verdicts, bad = read_feedback(store, loaded.task, verdicts_path, encoding=encoding, key=key, by_option=by_option)
+    verdicts, bad = read_feedback(store, loaded.task, verdicts_path, encoding=encoding, key=key)
     for item in bad:
         logger.warning("skipped %s", item)
     async with open_runtime(loaded) as runtime:
@@ -365,7 +365,7 @@ async def apply_feedback_flow(
     graded against the store (``key_verdicts``, as ``gil feedback --key``); with ``option_column`` too, the key names
     each ticket's right answer in the tree under it instead (an option's id or label, or none of these), as
     ``gil feedback --key --option-column``."""
-    columns = TicketColumns(id_column, (option_column or answer_column,)) if key else None
-    report = await apply_feedback_task(task_file, verdicts, encoding, columns, key and option_column is not None)
+    answer_key = AnswerKey(id_column, answer_column, option_column) if key else None
+    report = await apply_feedback_task(task_file, verdicts, encoding, answer_key)
     await publish_stats(task_file)
     return report

@@ -258,7 +258,7 @@ def feedback(
     as_json: JsonOption = False,
 ) -> None:
     """Apply verdicts: memory remembers confirmed answers and forgets wrong hits; habit statistics learn."""
-    from gil_core.batch import TicketColumns, read_feedback
+    from gil_core.batch import AnswerKey, read_feedback
     from gil_core.batch_feedback import apply_verdicts
     from gil_core.runtime import open_runtime
     from gil_core.telemetry import TelemetryStore
@@ -266,13 +266,9 @@ def feedback(
     loaded = task_file(task_file_path)
     if option_column is not None and not key:
         raise fail("--option-column: names a column of an answer key: give --key too")
-    graded_by = option_column or answer_column
-    columns = guarded(lambda: TicketColumns(id_column, (graded_by,))) if key else None
+    answer_key = AnswerKey(id_column, answer_column, option_column) if key else None
     store = TelemetryStore(loaded.store)
-    by_option = option_column is not None
-    items, bad = guarded(
-        lambda: read_feedback(store, loaded.task, verdicts, encoding=encoding_name, key=columns, by_option=by_option)
-    )
+    items, bad = guarded(lambda: read_feedback(store, loaded.task, verdicts, encoding=encoding_name, key=answer_key))
     for item in bad:
         warn("skipped", item)
 

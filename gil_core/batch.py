@@ -43,7 +43,7 @@ from gil_core._ticket_files import (
     text_encoding,
 )
 from gil_core.atomic import atomic_open
-from gil_core.batch_feedback import FeedbackReport, apply_verdicts, graded, key_option, option_graded
+from gil_core.batch_feedback import AnswerKey, FeedbackReport, apply_verdicts, graded, key_option, option_graded
 from gil_core.batch_scope import batch_scope, new_batch_id
 from gil_core.batch_workers import model_endpoints, share_client_budget
 from gil_core.errors import BatchFileError, ConfigurationError, GilError, SchemaViolationError, TelemetryError
@@ -58,6 +58,7 @@ __all__ = [
     "DEFAULT_FORMAT",
     "MAX_LINE_BYTES",
     "WINDOW",
+    "AnswerKey",
     "BadInput",
     "BatchReport",
     "FeedbackReport",
@@ -541,16 +542,14 @@ def read_feedback(
     path: str | Path,
     *,
     encoding: str = "utf-8",
-    key: TicketColumns | None = None,
-    by_option: bool = False,
+    key: AnswerKey | None = None,
 ) -> tuple[list[Verdict], list[BadInput]]:
     """The verdicts a feedback file gives and its bad lines: a verdicts file (``read_verdicts``), or with ``key``
-    (the columns of each ticket's id and of its right answer, or with ``by_option`` of the tree answer it names)
-    an answer key graded against the store (``key_verdicts``)."""
+    (where it names each ticket and its right answer) an answer key graded against the store (``key_verdicts``)."""
     if key is None:
         return read_verdicts(path, encoding=encoding)
-    tickets = iter_tickets(path, columns=key, encoding=encoding)
-    return key_verdicts(store, task, tickets, by_option=by_option)
+    tickets = iter_tickets(path, columns=key.columns, encoding=encoding)
+    return key_verdicts(store, task, tickets, by_option=key.by_option)
 
 
 def _result_lines(

@@ -9,15 +9,25 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gil_core._ticket_files import BadInput, Verdict
+from gil_core._ticket_files import BadInput, TicketColumns, Verdict
 from gil_core.errors import ConfigurationError
 from gil_core.fallback.slots import filled_without_model
 from gil_core.habits.attribution import AnswerIndex
+from gil_core.learned.log import learnable_option
 from gil_core.ontology import Option, OptionKind
 from gil_core.resolver import Resolver
 from gil_core.tasks import TaskDefinition
 
-__all__ = ["NONE_NAMES", "VERDICT_CHUNK", "FeedbackReport", "apply_verdicts", "graded", "key_option", "option_graded"]
+__all__ = [
+    "NONE_NAMES",
+    "VERDICT_CHUNK",
+    "AnswerKey",
+    "FeedbackReport",
+    "apply_verdicts",
+    "graded",
+    "key_option",
+    "option_graded",
+]
 
 VERDICT_CHUNK = 1_000  # verdicts stored in one append and taught to memory in one write
 
@@ -48,6 +58,26 @@ def graded(trace_id: str, output: str | None, expected: str) -> Verdict:
     if (output or "").strip() == expected.strip():
         return Verdict(trace_id, True)
     return Verdict(trace_id, False, expected.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerKey:
+    """How an answer key names each resolved ticket and its right answer: the ticket's id under ``id_column``, and
+    the answer's text under ``answer_column``, or with ``option_column`` the tree answer it names there instead
+    (``key_option``). A bad pair of names raises ``ConfigurationError`` when the key is read (``columns``)."""
+
+    id_column: str = "id"
+    answer_column: str = "answer"
+    option_column: str | None = None
+
+    @property
+    def columns(self) -> TicketColumns:
+        """The key file's columns as a ticket file's: the answer (or the option's name) read as the text."""
+        return TicketColumns(self.id_column, (self.option_column or self.answer_column,))
+
+    @property
+    def by_option(self) -> bool:
+        return self.option_column is not None
 
 
 NONE_NAMES = ("none", "none of these")
@@ -114,8 +144,8 @@ async def apply_verdicts(
 
 
 def _outside_tree(task: TaskDefinition) -> Callable[[Verdict], bool]:
-    """Whether a verdict's correction is one the task's learned reflex cannot learn from: none of the tree's
-    answers (an answer's text or a filled template) nor "none of these". Never, for a task without it."""
+    """Whether a verdict's correction is one the task's learned reflex cannot learn from (``learnable_option``, the
+    rule its log reads verdicts by). Never, for a task without it."""
     if task.policy.learned is None:
         return lambda verdict: False
     answers = AnswerIndex(task.tree)
@@ -123,6 +153,6 @@ def _outside_tree(task: TaskDefinition) -> Callable[[Verdict], bool]:
 
     def outside(verdict: Verdict) -> bool:
         correction = (verdict.correction or "").strip()
-        return bool(correction) and correction != escape and answers.option_for(correction) is None
+        return bool(correction) and not learnable_option(answers, correction, escape)[0]
 
     return outside

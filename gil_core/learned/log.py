@@ -32,7 +32,16 @@ from gil_core.ontology.model import Tree
 from gil_core.telemetry import TelemetryStore
 from gil_core.verdicts import confirmed_answer
 
-__all__ = ["Confirmed", "LearnedLog", "Logged", "VerdictDigest", "confirmed_path", "read_learned_log", "verdict_digest"]
+__all__ = [
+    "Confirmed",
+    "LearnedLog",
+    "Logged",
+    "VerdictDigest",
+    "confirmed_path",
+    "learnable_option",
+    "read_learned_log",
+    "verdict_digest",
+]
 
 _LLM_DECIDERS = frozenset({"llm", "deliberate"})
 
@@ -174,6 +183,12 @@ def _confirmed_option(
     answer = confirmed_answer(row["feedback_verdict"], row["output"], row["feedback_correction"])
     if answer is None:
         return False, None
+    return learnable_option(answers, answer, none_text)
+
+
+def learnable_option(answers: AnswerIndex, answer: str, none_text: str) -> tuple[bool, str | None]:
+    """Whether a confirmed answer is one the learned judge learns, and the option it names (None: "none of
+    these"): ``none_text``, or one of the tree's answers (``AnswerIndex``: an answer's text, a filled template)."""
     if answer == none_text:
         return True, None
     option = answers.option_for(answer)

@@ -390,19 +390,21 @@ def read_waiting(store: TelemetryStore, task: str) -> list[FeedbackQueue]:
         .collect()
     )
     open_traces = {row[0]: (row[1], row[2]) for row in traces.iter_rows()}
-    queues: dict[str, FeedbackQueue] = {}
+    heads: dict[str, FeedbackQueue] = {}
+    items: dict[str, list[QueueItem]] = {}
     for row in issued.iter_rows(named=True):
         if row["trace_id"] not in open_traces:
             continue
         request, answer = open_traces[row["trace_id"]]
         teaching = Teaching(row["uncertainty"], row["novelty"], row["rule"], row["score"], row["why"])
         how: ChosenBy = "queue" if row["chosen_by"] == "queue" else "random"
+        if row["queue_id"] not in heads:
+            heads[row["queue_id"]] = FeedbackQueue(
+                task, row["queue_id"], row["issued_at"], row["eligible"], row["random_share"]
+            )
         item = QueueItem(row["trace_id"], request, answer, how, row["chance"], teaching)
-        held = queues.get(row["queue_id"])
-        if held is None:
-            held = FeedbackQueue(task, row["queue_id"], row["issued_at"], row["eligible"], row["random_share"])
-        queues[row["queue_id"]] = replace(held, items=(*held.items, item))
-    return list(queues.values())
+        items.setdefault(row["queue_id"], []).append(item)
+    return [replace(head, items=tuple(items[queue_id])) for queue_id, head in heads.items()]
 
 
 def read_unconfirmed(store: TelemetryStore, task: str, *, embedder: str) -> list[Unconfirmed]:
