@@ -15,7 +15,7 @@ import logging
 import pickle
 import threading
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
@@ -24,8 +24,9 @@ import polars as pl
 from cachetools import FIFOCache
 
 from gil_core._ticket_files import Verdict
+from gil_core.answer_versions import StaleEntries, confirmed_version
 from gil_core.errors import GilError, SchemaViolationError, UnknownTraceError
-from gil_core.habits.attribution import attribute_verdict
+from gil_core.habits.attribution import AnswerIndex, attribute_verdict
 from gil_core.habits.costs import EVIDENCE_COLUMNS, evidence_from_row
 from gil_core.habits.counters import reliability_rows
 from gil_core.habits.shadows import build_shadow_index, may_shadow_rows
@@ -71,6 +72,7 @@ class TraceRow:
     decider: str | None = None
     batch_id: str | None = None
     flow_run_id: str | None = None
+    answer_version: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> TraceRow:
@@ -112,6 +114,7 @@ class TraceRow:
             verdict=cast(VerdictWord, self.feedback_verdict),
             correction=self.feedback_correction,
             recall_source=self.recall_source,
+            answer_version=self.answer_version,
         )
 
 
@@ -177,10 +180,19 @@ class Feedback:
     """Verdicts on one store's traces and what they teach: habit statistics (in the store), the shadows and each
     memory entry's evidence (kept here), the learned judges (``learner``) and ``memory``."""
 
-    def __init__(self, store: TelemetryStore, *, memory: Memory | None, learner: Learner | None) -> None:
+    def __init__(
+        self,
+        store: TelemetryStore,
+        *,
+        memory: Memory | None,
+        learner: Learner | None,
+        answers: Callable[[TaskDefinition], AnswerIndex] | None = None,
+    ) -> None:
         self._store = store
         self._memory = memory
         self._learner = learner
+        self._answers = answers or (lambda task: AnswerIndex(task.tree))
+        self._stale = StaleEntries(self._stale_of)
         # Rows of traces this resolver stored recently: feedback usually follows soon, and a scan of the
         # traces table costs a read of every file in it.
         self._recent = _RecentRows(_RECENT_TRACES)
@@ -219,6 +231,7 @@ class Feedback:
         """
         given = GivenVerdicts()
         found = self._traces(task.name, [verdict.trace_id for verdict in verdicts])
+        served_from = self._served_from(task, found)
         lessons: list[_Lesson] = []
         traces: list[dict[str, Any]] = []
         reliability: list[dict[str, Any]] = []
@@ -242,13 +255,15 @@ class Feedback:
                 correct=verdict.correct,
                 correction=correction,
             )
-            judged = replace(row, feedback_verdict=word, feedback_correction=kept)
+            version = self._confirmed_version(task, row, word, kept, served_from)
+            judged = replace(row, feedback_verdict=word, feedback_correction=kept, answer_version=version)
             traces.append(judged.to_row())
             reliability.extend(reliability_rows(task.name, deltas))
             found[verdict.trace_id] = judged  # a later verdict on the same trace reads this one
             lessons.append(_Lesson(row, verdict.correct, correction, counted=True))
         if traces:
             self._store.append_many({"traces": traces, "habit_reliability": reliability})
+            self._stale.confirmed(task.name, (stored["trace_id"] for stored in traces))
             given.stored = len(traces)
             for stored in traces:
                 self._keep(TraceRow.from_row(stored))
@@ -266,6 +281,50 @@ class Feedback:
             return None
         return await require_learner(self._learner, task).refresh(task, force=force)
 
+    def stale_version(self, task: TaskDefinition, key: str) -> str | None:
+        """The tree answer (``Option.answer_version``) memory's entry ``key`` of ``task`` stands for, when the task's
+        tree no longer gives it; None when it does, or the entry stands for none (``gil_core.answer_versions``)."""
+        return self._stale.version(task, key)
+
+    def _stale_of(self, task: TaskDefinition) -> dict[str, str]:
+        """The task's confirmed traces whose recorded tree answer its tree no longer gives: one scan."""
+        recorded = pl.col("answer_version")
+        gone = recorded.is_not_null() & ~recorded.is_in(sorted(task.tree.answer_versions))
+        rows = self._judged(task.name, gone, "trace_id", "answer_version")
+        return dict(zip(rows["trace_id"].to_list(), rows["answer_version"].to_list(), strict=True))
+
+    def _served_from(self, task: TaskDefinition, found: Mapping[str, TraceRow | UnknownTraceError]) -> dict[str, str]:
+        """The recorded tree answers of the memory entries that served ``found`` traces with an answer the tree's
+        texts do not name (a procedure's): what such a hit's verdict confirms. One read, for those entries only."""
+        answers = self._answers(task)
+        sources = {
+            row.recall_source
+            for row in found.values()
+            if isinstance(row, TraceRow) and row.mode == "memory" and row.recall_source and row.output
+            if answers.option_for(row.output) is None and row.output.strip() != task.language.none_of_these
+        }
+        if not sources:
+            return {}
+        rows = self._traces(task.name, sorted(sources))
+        return {
+            key: row.answer_version for key, row in rows.items() if isinstance(row, TraceRow) and row.answer_version
+        }
+
+    def _confirmed_version(
+        self, task: TaskDefinition, row: TraceRow, word: str, kept: str | None, served_from: Mapping[str, str]
+    ) -> str | None:
+        """The tree answer a verdict (``word``, the correction ``kept``) on ``row`` confirms."""
+        correct = word == "correct"
+        source = row.recall_source if correct and row.mode == "memory" else None
+        return confirmed_version(
+            task.tree,
+            self._answers(task),
+            answer=confirmed_answer(word, row.output, kept),
+            settled_by=row.label if correct and row.mode.startswith("habit/") else None,
+            none_text=task.language.none_of_these,
+            served_from=served_from.get(source) if source is not None else None,
+        )
+
     def history(self, task: str) -> list[FeedbackEvent]:
         """Every verdict the store holds for ``task`` (the latest on each trace), in the order they were given, as
         live feedback taught memory: the store's write order (its order key, which no clock skew reorders), not
@@ -279,7 +338,7 @@ class Feedback:
         """
         if self._memory is None:
             return 0
-        await rebuild_memory(self._memory, task.name, self.history(task.name))
+        await rebuild_memory(self._memory, task.name, self.history(task.name), answers_now=task.tree.answer_versions)
         self._unlearned.pop(task.name, None)  # read again: another process may have recorded failures
         caught_up = self._unlearned_of(task.name)
         if caught_up:

@@ -80,7 +80,7 @@ class Resolver:
         self._store = store
         self._parts = Wiring(chat, store, reflex_embedder, client=client, judging=judging, metering=metering)
         self._learner, self._diagnostics = self._parts.learners, self._parts.diagnostics
-        self._feedback = Feedback(store, memory=memory, learner=self._learner)
+        self._feedback = Feedback(store, memory=memory, learner=self._learner, answers=self._parts.answers)
         self._memory = MemoryStep(memory, self._parts, self._feedback)
         self._configs: dict[str, dict[str, Any]] = {}
         self._configured: dict[str, TaskDefinition] = {}  # the definition whose configuration was recorded last

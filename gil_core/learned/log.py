@@ -148,6 +148,7 @@ def read_learned_log(store: TelemetryStore, task: str, tree: Tree, *, none_text:
             "feedback_verdict",
             "feedback_correction",
             "path",
+            "answer_version",
         )
         .collect()
         .sort("created_at", maintain_order=True)
@@ -183,7 +184,11 @@ def _confirmed_option(
     answer = confirmed_answer(row["feedback_verdict"], row["output"], row["feedback_correction"])
     if answer is None:
         return False, None
-    return learnable_option(answers, answer, none_text)
+    known, option = learnable_option(answers, answer, none_text)
+    if not known and row.get("answer_version"):  # the tree answer it confirmed, since reworded: the same option
+        option = str(row["answer_version"]).rpartition("#")[0]
+        known = option in options
+    return (True, option) if known else (False, None)
 
 
 def learnable_option(answers: AnswerIndex, answer: str, none_text: str) -> tuple[bool, str | None]:

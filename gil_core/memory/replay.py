@@ -9,7 +9,7 @@ are stripped; an empty one remembers nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -27,7 +27,8 @@ class FeedbackEvent:
     """One verdict on one resolved request: what was asked, how it was answered, and what the reviewer said.
 
     ``mode`` is the trace's mode (``memory``, ``habit/answer``, ``fallback``, …); ``recall_source`` is the key of
-    the memory entry that answered it, when memory did.
+    the memory entry that answered it, when memory did; ``answer_version`` the tree answer the verdict confirmed
+    (``Option.answer_version``), when it confirmed one and recorded it.
     """
 
     trace_id: str
@@ -37,6 +38,7 @@ class FeedbackEvent:
     verdict: Verdict
     correction: str | None
     recall_source: str | None
+    answer_version: str | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in get_args(Verdict):
@@ -48,19 +50,28 @@ class FeedbackEvent:
         return verdicts.confirmed_answer(self.verdict, self.output, self.correction)
 
 
-def plan_memory(events: Iterable[FeedbackEvent]) -> list[MemoryEntry]:
-    """The entries memory holds after ``events`` were applied in order, in insertion order."""
+def plan_memory(events: Iterable[FeedbackEvent], *, answers_now: Container[str] | None = None) -> list[MemoryEntry]:
+    """The entries memory holds after ``events`` were applied in order, in insertion order. With ``answers_now``
+    (the tree's ``answer_versions``), a verdict that confirmed a tree answer the tree no longer gives confirms
+    nothing: the entry would be refused at every lookup."""
     held: dict[str, MemoryEntry] = {}
     for event in events:
         if event.verdict == "wrong" and event.mode == "memory" and event.recall_source is not None:
             held.pop(event.recall_source, None)
         held.pop(event.trace_id, None)  # a later verdict overturns the earlier one
         answer = event.confirmed_answer()
-        if answer is not None and event.text:  # a request recorded without its text cannot be remembered
+        changed = (
+            answers_now is not None and event.answer_version is not None and event.answer_version not in answers_now
+        )
+        if (
+            answer is not None and event.text and not changed
+        ):  # a request recorded without its text cannot be remembered
             held[event.trace_id] = MemoryEntry(key=event.trace_id, text=event.text, answer=answer)
     return list(held.values())
 
 
-async def rebuild_memory(memory: Memory, task: str, events: Iterable[FeedbackEvent]) -> None:
+async def rebuild_memory(
+    memory: Memory, task: str, events: Iterable[FeedbackEvent], *, answers_now: Container[str] | None = None
+) -> None:
     """Make ``task``'s memory hold exactly what ``events`` confirm (see ``plan_memory``)."""
-    await memory.rebuild(task, plan_memory(events))
+    await memory.rebuild(task, plan_memory(events, answers_now=answers_now))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -84,6 +86,26 @@ class Option:
         if not self.label:
             object.__setattr__(self, "label", self.id)
 
+    @property
+    def answer_version(self) -> str:
+        """The option's id and a digest of what it answers with (its kind, text, template, slots and steps; not its
+        label or description, which change what the judge is shown, not the answer): ``"refund#3fa2c1d0e9b7"``.
+        A verdict records it for the answer it confirmed, so memory can tell an answer the tree has changed since
+        (``Tree.answer_versions``)."""
+        what = [
+            self.kind.value,
+            self.text,
+            self.template,
+            [list(_slot_fields(slot)) for slot in self.slots],
+            self.steps,
+        ]
+        digest = hashlib.sha256(json.dumps(what, ensure_ascii=False).encode()).hexdigest()
+        return f"{self.id}#{digest[:12]}"
+
+
+def _slot_fields(slot: Slot) -> tuple[str, str, str | None, str | None]:
+    return slot.name, slot.instruction, slot.fixed, slot.pattern
+
 
 @dataclass(frozen=True, slots=True)
 class Node:
@@ -133,6 +155,11 @@ class Tree:
     @cached_property
     def _options(self) -> dict[str, tuple[Option, Node]]:
         return {option.id: (option, node) for node, _ in self.iter_nodes() for option in node.options}
+
+    @cached_property
+    def answer_versions(self) -> frozenset[str]:
+        """Every option's ``Option.answer_version``: the answers this tree gives, as verdicts record them."""
+        return frozenset(option.answer_version for option, _ in self.options())
 
     def node(self, node_id: str) -> Node:
         """The node with this id; ``KeyError`` when there is none."""

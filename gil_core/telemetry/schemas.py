@@ -126,6 +126,8 @@ class TracesSchema(_Table):
     decider: str = pa.Field(nullable=True, isin=DECIDERS)
     batch_id: str = pa.Field(nullable=True)  # the resolve_batch call it came from (gil_core.batch_scope)
     flow_run_id: str = pa.Field(nullable=True)  # the orchestrator's run of that batch, when there is one
+    # On a verdict's row: the tree answer it confirmed (``Option.answer_version``), when the answer is one of them.
+    answer_version: str = pa.Field(nullable=True)
 
     class Config:
         name = "traces"
@@ -340,7 +342,7 @@ GIL_TABLES: tuple[str, ...] = ("vectors", "unlearned_verdicts")
 REFERENCE_TABLES: tuple[str, ...] = tuple(name for name in TABLES if name not in GIL_TABLES)
 """The reference's tables: the SQLite layout (``gil_core.telemetry.sqlite``) holds exactly these."""
 
-GIL_COLUMNS: Mapping[str, tuple[str, ...]] = {"traces": ("decider", "batch_id", "flow_run_id")}
+GIL_COLUMNS: Mapping[str, tuple[str, ...]] = {"traces": ("decider", "batch_id", "flow_run_id", "answer_version")}
 """Columns Gil added at the end of a reference table: stored and read, but not part of the SQLite layout."""
 
 COLUMNS: Mapping[str, tuple[str, ...]] = {name: tuple(model.to_schema().columns) for name, model in TABLES.items()}

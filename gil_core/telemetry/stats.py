@@ -47,10 +47,10 @@ _HABIT_PREFIX = "habit/"
 # for a failure, the word for an older take-back, null without an ``error``. The take-backs are few: their
 # check and source are read off them alone (``_refusals``).
 _RECALL_ERROR = r'"error"\s*:\s*"((?:guard|learned|verification failed): |)'
-_TAKEN_BACK = r'"(?:refused|error)"\s*:\s*"(guard: |learned: the log|learned: |verification failed: )'
+_TAKEN_BACK = r'"(?:refused|error)"\s*:\s*"(guard: |learned: the log|learned: |verification failed: |tree: )'
 # The check's word, as stats name it (``MemoryRefusal.check``).
 _CHECKS = {"guard: ": "guard", "learned: the log": "memory cut", "learned: ": "learned judge",
-           "verification failed: ": "verification"}  # fmt: skip
+           "verification failed: ": "verification", "tree: ": "tree changed"}  # fmt: skip
 _SOURCE = r'"source"\s*:\s*"([^"]*)"'
 
 
@@ -117,7 +117,8 @@ class DeciderStats:
 @dataclass(frozen=True, slots=True)
 class MemoryRefusal:
     """The memory hits one check took back (``check``: ``guard``, ``memory cut`` read from the log, ``learned
-    judge``, ``verification`` that failed; ``other`` for a reason none of these gave).
+    judge``, ``verification`` that failed, ``tree changed`` for an entry standing for an answer the tree has changed
+    or removed since; ``other`` for a reason none of these gave).
 
     ``judged``: those whose own confirmed answer and the remembered request's are both known (a verdict on each,
     as the log says now); ``remembered_wrong``: of them, the ones whose remembered answer is not the confirmed

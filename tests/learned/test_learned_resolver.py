@@ -157,6 +157,22 @@ async def test_learned_state_is_refit_for_a_changed_tree_and_never_served_stale(
     assert after.fitted_on == before.fitted_on  # the same verdicts, a new tree
 
 
+async def test_learned_log_keeps_corrections_to_an_answer_the_tree_has_reworded_since(tmp_path: Path) -> None:
+    task = learned_task()
+    stream = support_stream()[:40]
+    with bad_model() as server:  # every answer is wrong and corrected in the key's words, the tree's answers
+        async with OpenAICompatibleChatModel(server.base_url, "scripted") as chat:
+            store = TelemetryStore(tmp_path / "store")
+            await run_with_feedback(Resolver(chat, store, reflex_embedder=embedder()), task, stream)
+    reworded = parse_tree(dump_tree(task.tree).replace(REFUND, "Refunds arrive within 3 business days."), source="r")
+    before = read_learned_log(store, "support", task.tree, none_text=NONE, embedder=embedder().name)
+    after = read_learned_log(store, "support", reworded, none_text=NONE, embedder=embedder().name)
+    refunds = [item for item in before.confirmed if item.option == "refund-status"]
+    assert refunds and [(i.trace_id, i.option) for i in after.confirmed] == [
+        (i.trace_id, i.option) for i in before.confirmed
+    ]
+
+
 async def test_learned_state_fitted_with_another_regularization_is_refit_before_it_serves(tmp_path: Path) -> None:
     """A changed default (or task file) for the classifier's C: the stored state records the policy it was fitted
     with, so the next request refits rather than serve coefficients fitted under the old one."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,17 @@ def test_a_later_verdict_on_the_same_trace_overturns_the_earlier_one() -> None:
         verdict("t-2", "wrong"),  # removed: the later verdict remembers nothing
     ]
     assert plan_memory(events) == [MemoryEntry("t-1", "where is my refund", "Next week.")]
+
+
+def test_a_verdict_on_a_tree_answer_the_tree_no_longer_gives_confirms_nothing() -> None:
+    events = [
+        replace(verdict("t1", "correct", output="Five days."), answer_version="refund#aaaaaaaaaaaa"),
+        replace(verdict("t2", "correct", output="Three days."), answer_version="refund#bbbbbbbbbbbb"),
+        verdict("t3", "wrong", correction="In our words."),  # no tree answer: kept whatever the tree gives
+    ]
+    now = frozenset({"refund#bbbbbbbbbbbb"})
+    assert [entry.key for entry in plan_memory(events, answers_now=now)] == ["t2", "t3"]
+    assert [entry.key for entry in plan_memory(events)] == ["t1", "t2", "t3"]  # no tree given: all of them
 
 
 def test_an_unknown_verdict_is_refused() -> None:

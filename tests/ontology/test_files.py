@@ -310,3 +310,21 @@ def test_write_then_load_gives_the_same_tree_and_the_same_bytes(tree: Tree) -> N
         again = parse_tree(text)
     assert again.root == tree.root
     assert dump_tree(again) == text
+
+
+def test_an_options_answer_version_changes_with_its_answer_not_with_how_the_judge_is_shown_it(tmp_path: Path) -> None:
+    def version(option: str) -> str:
+        path = tmp_path / "tree.yaml"
+        path.write_text(f"id: root\noptions:\n{option}", encoding="utf-8")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = load_tree(path)
+        (answer,) = tree.answer_versions
+        return answer
+
+    base = version("- id: refund\n  text: Five days.\n")
+    assert base.startswith("refund#") and len(base) == len("refund#") + 12
+    assert version("- id: refund\n  label: refunds\n  description: money back\n  text: Five days.\n") == base
+    assert version("- id: refund\n  text: Three days.\n") != base
+    assert version("- id: refund\n  kind: procedure\n  steps: Five days.\n") != base
+    assert version("- id: refunds\n  text: Five days.\n") != base

@@ -23,7 +23,7 @@ def test_every_table_has_exactly_the_reference_columns_in_order() -> None:
             "trace_id", "created_at", "task", "state", "mode", "path", "output", "confidence", "energy",
             "feedback_verdict", "feedback_correction", "implicit_signal", "label", "explored_output",
             "recall", "failure",
-            "decider", "batch_id", "flow_run_id",  # Gil's own (GIL_COLUMNS), after the reference's
+            "decider", "batch_id", "flow_run_id", "answer_version",  # Gil's own (GIL_COLUMNS), after the reference's
         ),
         "calls": (
             "call_id", "trace_id", "created_at", "role", "model", "node_id", "layer", "prompt_tokens",
