@@ -5,7 +5,7 @@ store's check.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -15,6 +15,7 @@ from rich.table import Table
 from flows._cli_common import JsonOption, TaskFileOption, console, emit, fail, guarded, run, task_file, warn
 
 if TYPE_CHECKING:
+    from gil_core.answer_versions import ChangedAnswer
     from gil_core.taskfile import TaskFile
 
 # Each command imports what it uses in its own body (flows/cli.py says why).
@@ -146,6 +147,15 @@ def fit_reflex_command(task_file_path: TaskFileOption = None, as_json: JsonOptio
 
 def lint_tree_command(
     path: Annotated[Path, typer.Argument(help="Tree file (YAML).")],
+    task_file_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--task-file",
+            "-t",
+            help="Also say what this tree, put in place of the task's, changes of what the task learned: the answers"
+            " memory stops serving, and the examples the learned reflex no longer learns.",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Check a tree file: errors (with file:line and node) fail; warnings are listed."""
@@ -153,18 +163,44 @@ def lint_tree_command(
 
     from gil_core.ontology import TreeLintWarning, lint_tree, load_tree
 
+    loaded = task_file(task_file_path) if task_file_path is not None else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TreeLintWarning)
         tree = guarded(lambda: load_tree(path))
     findings = [str(finding) for finding in lint_tree(tree)]
     nodes = sum(1 for _ in tree.iter_nodes())
-    emit(
-        {"file": str(path), "nodes": nodes, "warnings": findings},
-        as_json,
-        lambda: console.print(
-            "\n".join([*findings, f"{path}: {nodes} nodes, {len(findings)} warnings"]), highlight=False
-        ),
-    )
+    report: dict[str, Any] = {"file": str(path), "nodes": nodes, "warnings": findings}
+    lines = [*findings, f"{path}: {nodes} nodes, {len(findings)} warnings"]
+    if loaded is not None:
+        from dataclasses import asdict
+
+        from gil_core.feedback import Feedback
+        from gil_core.telemetry import TelemetryStore
+
+        feedback = Feedback(guarded(lambda: TelemetryStore(loaded.store)), memory=None, learner=None)
+        changed, held = guarded(lambda: feedback.changed_by(loaded.task, tree))
+        report["task"] = {"name": loaded.task.name, "remembered": held, "changed": [asdict(item) for item in changed]}
+        lines.extend(_changed_lines(loaded.task.name, changed, held))
+    emit(report, as_json, lambda: console.print("\n".join(lines), highlight=False, soft_wrap=True))
+
+
+def _changed_lines(task: str, changed: Sequence[ChangedAnswer], held: int) -> list[str]:
+    """What a tree changes of what ``task`` learned, for a person: one line, then one per answer it changes."""
+    stopped = sum(item.remembered for item in changed)
+    if not changed:
+        return [f"task {task!r}: this tree gives every answer its verdicts confirmed ({held} remembered)"]
+    lines = [
+        f"task {task!r}: this tree changes {len(changed)} answers verdicts confirmed; memory stops serving"
+        f" {stopped} of its {held} entries (each forgotten when next hit)"
+    ]
+    for item in changed:
+        how = "removed" if item.removed else "changed"
+        learns = "no longer learns them" if item.removed else "learns them as before"
+        lines.append(
+            f"  {item.option_id}  {how}: {item.remembered} remembered, {item.confirmed} confirmed"
+            f" (the learned reflex {learns})"
+        )
+    return lines
 
 
 def rebuild_memory_command(task_file_path: TaskFileOption = None, as_json: JsonOption = False) -> None:

@@ -15,13 +15,15 @@ A process reads, once per task and tree, which entries stand for an answer the t
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from gil_core.habits.attribution import AnswerIndex
 from gil_core.ontology import Tree
 from gil_core.tasks import TaskDefinition
 
-__all__ = ["StaleEntries", "changed_answer", "confirmed_version"]
+__all__ = ["ChangedAnswer", "StaleEntries", "changed_answer", "changed_answers", "confirmed_version"]
 
 
 def confirmed_version(
@@ -60,6 +62,36 @@ def changed_answer(tree: Tree, version: str | None) -> str | None:
     if not tree.has_option(option_id):
         return f"tree: the remembered answer was the tree's {option_id!r}, which the tree no longer has"
     return f"tree: the remembered answer was the tree's {option_id!r}, which the tree has changed since"
+
+
+@dataclass(frozen=True, slots=True)
+class ChangedAnswer:
+    """A tree answer that verdicts confirmed and another tree rewords (or gives other steps) or removes:
+    ``remembered``, the memory entries standing for it, which memory stops serving; ``confirmed``, the verdicts
+    confirming it, which the learned reflex goes on learning as its option unless ``removed``."""
+
+    option_id: str
+    removed: bool
+    remembered: int
+    confirmed: int
+
+
+def changed_answers(
+    tree: Tree, *, confirmed: Iterable[str | None], remembered: Iterable[str | None]
+) -> tuple[ChangedAnswer, ...]:
+    """Per option, what ``tree`` changes of what was learned: ``confirmed`` holds each verdict's recorded version
+    (None for none), ``remembered`` each memory entry's. In option id order."""
+
+    def by_option(versions: Iterable[str | None]) -> Counter[str]:
+        return Counter(
+            version.rpartition("#")[0] for version in versions if version and version not in tree.answer_versions
+        )
+
+    verdicts, entries = by_option(confirmed), by_option(remembered)
+    return tuple(
+        ChangedAnswer(option_id, not tree.has_option(option_id), entries[option_id], verdicts[option_id])
+        for option_id in sorted(verdicts.keys() | entries.keys())
+    )
 
 
 class StaleEntries:

@@ -24,7 +24,7 @@ import polars as pl
 from cachetools import FIFOCache
 
 from gil_core._ticket_files import Verdict
-from gil_core.answer_versions import StaleEntries, confirmed_version
+from gil_core.answer_versions import ChangedAnswer, StaleEntries, changed_answers, confirmed_version
 from gil_core.errors import GilError, SchemaViolationError, UnknownTraceError
 from gil_core.habits.attribution import AnswerIndex, attribute_verdict
 from gil_core.habits.costs import EVIDENCE_COLUMNS, evidence_from_row
@@ -32,9 +32,10 @@ from gil_core.habits.counters import reliability_rows
 from gil_core.habits.shadows import build_shadow_index, may_shadow_rows
 from gil_core.judge import Candidate
 from gil_core.learned import LearnedState, Learner
-from gil_core.memory import FeedbackEvent, Memory, MemoryChanges, rebuild_memory
+from gil_core.memory import FeedbackEvent, Memory, MemoryChanges, plan_memory, rebuild_memory
 from gil_core.memory import Verdict as VerdictWord
 from gil_core.memory.evidence import MemoryEvidence
+from gil_core.ontology import Tree
 from gil_core.tasks import TaskDefinition
 from gil_core.telemetry import TelemetryStore
 from gil_core.traverse import Step
@@ -285,6 +286,14 @@ class Feedback:
         """The tree answer (``Option.answer_version``) memory's entry ``key`` of ``task`` stands for, when the task's
         tree no longer gives it; None when it does, or the entry stands for none (``gil_core.answer_versions``)."""
         return self._stale.version(task, key)
+
+    def changed_by(self, task: TaskDefinition, tree: Tree) -> tuple[tuple[ChangedAnswer, ...], int]:
+        """What ``tree`` in place of the task's would change of what the task learned (``changed_answers``), and how
+        many entries memory holds as a rebuild from the history would. Reads the history; changes nothing."""
+        events = self.history(task.name)
+        recorded = {event.trace_id: event.answer_version for event in events}
+        held = [recorded.get(entry.key) for entry in plan_memory(events)]
+        return changed_answers(tree, confirmed=recorded.values(), remembered=held), len(held)
 
     def _stale_of(self, task: TaskDefinition) -> dict[str, str]:
         """The task's confirmed traces whose recorded tree answer its tree no longer gives: one scan."""

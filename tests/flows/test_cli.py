@@ -182,6 +182,38 @@ def test_lint_tree_lists_nodes_and_warnings() -> None:
     assert code == 0 and json.loads(out)["nodes"] == 8
 
 
+def test_lint_tree_against_a_task_says_which_confirmed_answers_an_edit_changes(tmp_path: Path) -> None:
+    delivery = "Standard delivery takes 3 to 5 business days."
+    tickets, key = tmp_path / "tickets.csv", tmp_path / "key.csv"
+    tickets.write_text("id,text\na,where is my refund?\nb,how long does delivery take?\n", encoding="utf-8")
+    key.write_text(f"id,answer\na,{REFUND}\nb,{delivery}\n", encoding="utf-8")
+    with support_server({}, default=Script(route=["billing", "refund status"])) as scripted:
+        task = write_task_file(tmp_path, scripted.base_url)
+        assert invoke("resolve-batch", str(tickets), "-o", str(tmp_path / "r.jsonl"), "-t", str(task))[0] == 0
+        assert invoke("feedback", str(key), "--key", "-t", str(task))[0] == 0  # a right; b corrected to delivery
+    support = ROOT / "ontologies" / "support.yaml"
+    code, out, _ = invoke("lint-tree", str(support), "-t", str(task))
+    assert code == 0 and "task 'support': this tree gives every answer its verdicts confirmed (2 remembered)" in out
+    block = "  - id: delivery-time\n    label: delivery time\n    description: asks how many days delivery takes\n"
+    text = support.read_text(encoding="utf-8")
+    assert block in text and REFUND in text
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(text.replace(block + f"    text: {delivery}\n", "").replace("5 business", "3 business"), "utf-8")
+    code, out, _ = invoke("lint-tree", str(edited), "-t", str(task), "--json")
+    assert code == 0 and json.loads(out)["task"] == {
+        "name": "support",
+        "remembered": 2,
+        "changed": [
+            {"option_id": "delivery-time", "removed": True, "remembered": 1, "confirmed": 1},
+            {"option_id": "refund-status", "removed": False, "remembered": 1, "confirmed": 1},
+        ],
+    }
+    out = invoke("lint-tree", str(edited), "-t", str(task))[1]
+    assert "memory stops serving 2 of its 2 entries" in out
+    assert "  delivery-time  removed: 1 remembered, 1 confirmed (the learned reflex no longer learns them)" in out
+    assert "  refund-status  changed: 1 remembered, 1 confirmed (the learned reflex learns them as before)" in out
+
+
 def test_export_then_import_sqlite_through_the_cli(tmp_path: Path) -> None:
     import sqlite3
 
