@@ -5,7 +5,7 @@ store's check.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -15,7 +15,7 @@ from rich.table import Table
 from flows._cli_common import JsonOption, TaskFileOption, console, emit, fail, guarded, run, task_file, warn
 
 if TYPE_CHECKING:
-    from gil_core.answer_versions import ChangedAnswer
+    from gil_core.answer_versions import TreeChange
     from gil_core.taskfile import TaskFile
 
 # Each command imports what it uses in its own body (flows/cli.py says why).
@@ -178,22 +178,22 @@ def lint_tree_command(
         from gil_core.telemetry import TelemetryStore
 
         feedback = Feedback(guarded(lambda: TelemetryStore(loaded.store)), memory=None, learner=None)
-        changed, held = guarded(lambda: feedback.changed_by(loaded.task, tree))
-        report["task"] = {"name": loaded.task.name, "remembered": held, "changed": [asdict(item) for item in changed]}
-        lines.extend(_changed_lines(loaded.task.name, changed, held))
+        change = guarded(lambda: feedback.changed_by(loaded.task, tree))
+        changed = [asdict(item) for item in change.answers]
+        report["task"] = {"name": loaded.task.name, "remembered": change.remembered, "changed": changed}
+        lines.extend(_changed_lines(loaded.task.name, change))
     emit(report, as_json, lambda: console.print("\n".join(lines), highlight=False, soft_wrap=True))
 
 
-def _changed_lines(task: str, changed: Sequence[ChangedAnswer], held: int) -> list[str]:
+def _changed_lines(task: str, change: TreeChange) -> list[str]:
     """What a tree changes of what ``task`` learned, for a person: one line, then one per answer it changes."""
-    stopped = sum(item.remembered for item in changed)
-    if not changed:
-        return [f"task {task!r}: this tree gives every answer its verdicts confirmed ({held} remembered)"]
+    if not change.answers:
+        return [f"task {task!r}: this tree gives every answer its verdicts confirmed ({change.remembered} remembered)"]
     lines = [
-        f"task {task!r}: this tree changes {len(changed)} answers verdicts confirmed; memory stops serving"
-        f" {stopped} of its {held} entries (each forgotten when next hit)"
+        f"task {task!r}: this tree changes {len(change.answers)} answers verdicts confirmed; memory stops serving"
+        f" {change.stops_serving} of its {change.remembered} entries (each forgotten when next hit)"
     ]
-    for item in changed:
+    for item in change.answers:
         how = "removed" if item.removed else "changed"
         learns = "no longer learns them" if item.removed else "learns them as before"
         lines.append(

@@ -78,14 +78,24 @@ def decide(
     from gil_core.telemetry import TelemetryStore
 
     loaded = task_file(task_file_path)
-    tree = guarded(lambda: record_decision(TelemetryStore(loaded.store), loaded.task, kind, item_id, decision, note))
+    store = guarded(lambda: TelemetryStore(loaded.store))
+    tree = guarded(lambda: record_decision(store, loaded.task, kind, item_id, decision, note))
     changed = tree is not None
+    stopped = 0  # memory entries standing for an answer the decided tree no longer gives
+    if tree is not None:
+        from gil_core.feedback import Feedback
+
+        stopped = guarded(
+            lambda: Feedback(store, memory=None, learner=None).changed_by(loaded.task, tree)
+        ).stops_serving
+    said = f"{kind} {item_id}: {decision}" + (f" — {loaded.task.tree.source} updated" if changed else "")
+    if stopped:
+        entries = "the entry that stood" if stopped == 1 else f"the {stopped} entries that stood"
+        said += f"; memory stops serving {entries} for the answer it removed"
     emit(
-        {"kind": kind, "item_id": item_id, "decision": decision, "tree_changed": changed},
+        {"kind": kind, "item_id": item_id, "decision": decision, "tree_changed": changed, "memory_stopped": stopped},
         as_json,
-        lambda: console.print(
-            f"{kind} {item_id}: {decision}" + (f" — {loaded.task.tree.source} updated" if changed else "")
-        ),
+        lambda: console.print(said, highlight=False, soft_wrap=True),
     )
 
 

@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field, create_model
 
 from flows._prefect import artifact_key, gil_task
 from flows._progress import FlowProgress, task_progress
+from gil_core.feedback import Feedback
 from gil_core.habits.deactivation import ReliabilityCounts, read_reliability
 from gil_core.habits.review_log import Decision, ReviewDecision, ReviewKind, ReviewLog
 from gil_core.reviews import (
@@ -280,7 +281,8 @@ async def apply_decisions_task(
 ) -> dict[str, Any]:
     loaded = load_task_file(task_file)
     logger = get_run_logger()
-    applied = apply_decisions(TelemetryStore(loaded.store), loaded.task, review, checked.to_record)
+    store = TelemetryStore(loaded.store)
+    applied = apply_decisions(store, loaded.task, review, checked.to_record)
     problems = list(checked.problems)
     problems += [
         f"`{item}`: accepted, not applied ({why}): recorded as deferred" for item, why in applied.refused.items()
@@ -316,6 +318,17 @@ async def apply_decisions_task(
         )
         lines += ["", f"New tree file `{applied.tree_file}`; point the task file's `tree` at it to use it:", ""]
         lines += ["```diff", *diff, "```"]
+    stopped = (
+        0
+        if applied.tree is None
+        else Feedback(store, memory=None, learner=None).changed_by(loaded.task, applied.tree).stops_serving
+    )
+    if stopped:
+        lines += [
+            "",
+            f"Once it is in use, memory stops serving {stopped} remembered answer{'s' if stopped != 1 else ''} that"
+            " stood for the answers it removes.",
+        ]
     await acreate_markdown_artifact("\n".join(lines), key=f"{review_artifact_key(review)}-decisions")
     return {
         "decisions": {entry.item_id: entry.decision.value for entry in applied.recorded},
@@ -325,6 +338,7 @@ async def apply_decisions_task(
         "tree_file": str(applied.tree_file) if applied.tree_file else None,
         "refused": applied.refused,
         "at_index": applied.at_index,
+        "memory_stopped": stopped,
     }
 
 

@@ -23,7 +23,7 @@ from gil_core.habits.attribution import AnswerIndex
 from gil_core.ontology import Tree
 from gil_core.tasks import TaskDefinition
 
-__all__ = ["ChangedAnswer", "StaleEntries", "changed_answer", "changed_answers", "confirmed_version"]
+__all__ = ["ChangedAnswer", "StaleEntries", "TreeChange", "changed_answer", "changed_answers", "confirmed_version"]
 
 
 def confirmed_version(
@@ -74,6 +74,20 @@ class ChangedAnswer:
     removed: bool
     remembered: int
     confirmed: int
+
+
+@dataclass(frozen=True, slots=True)
+class TreeChange:
+    """What a tree, put in place of a task's, changes of what the task learned: per answer it rewords or removes
+    (``answers``), and ``remembered``, the entries memory holds (as a rebuild from the history would)."""
+
+    answers: tuple[ChangedAnswer, ...]
+    remembered: int
+
+    @property
+    def stops_serving(self) -> int:
+        """The memory entries standing for an answer the tree no longer gives."""
+        return sum(answer.remembered for answer in self.answers)
 
 
 def changed_answers(

@@ -24,7 +24,7 @@ import polars as pl
 from cachetools import FIFOCache
 
 from gil_core._ticket_files import Verdict
-from gil_core.answer_versions import ChangedAnswer, StaleEntries, changed_answers, confirmed_version
+from gil_core.answer_versions import StaleEntries, TreeChange, changed_answers, confirmed_version
 from gil_core.errors import GilError, SchemaViolationError, UnknownTraceError
 from gil_core.habits.attribution import AnswerIndex, attribute_verdict
 from gil_core.habits.costs import EVIDENCE_COLUMNS, evidence_from_row
@@ -287,13 +287,13 @@ class Feedback:
         tree no longer gives it; None when it does, or the entry stands for none (``gil_core.answer_versions``)."""
         return self._stale.version(task, key)
 
-    def changed_by(self, task: TaskDefinition, tree: Tree) -> tuple[tuple[ChangedAnswer, ...], int]:
-        """What ``tree`` in place of the task's would change of what the task learned (``changed_answers``), and how
-        many entries memory holds as a rebuild from the history would. Reads the history; changes nothing."""
+    def changed_by(self, task: TaskDefinition, tree: Tree) -> TreeChange:
+        """What ``tree`` in place of the task's would change of what the task learned. Reads the history; changes
+        nothing."""
         events = self.history(task.name)
         recorded = {event.trace_id: event.answer_version for event in events}
         held = [recorded.get(entry.key) for entry in plan_memory(events)]
-        return changed_answers(tree, confirmed=recorded.values(), remembered=held), len(held)
+        return TreeChange(changed_answers(tree, confirmed=recorded.values(), remembered=held), len(held))
 
     def _stale_of(self, task: TaskDefinition) -> dict[str, str]:
         """The task's confirmed traces whose recorded tree answer its tree no longer gives: one scan."""

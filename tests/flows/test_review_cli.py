@@ -128,6 +128,26 @@ def test_deciding_edits_the_tree_file_in_place_keeping_its_comments_and_key_orde
     assert tree.option("invoice-copy").text == "Invoices are emailed.\x85 Always."
 
 
+def test_accepting_a_retirement_says_how_many_remembered_answers_memory_stops_serving(tmp_path: Path) -> None:
+    tree_file = tmp_path / "support.yaml"
+    tree_file.write_text(COMMENTED_TREE, encoding="utf-8")
+    with support_server({"where is my refund?": Script(route=["billing", "refund-status"])}) as server:
+        task = write_task_file(tmp_path, server.base_url, tree=str(tree_file))
+        result = runner.invoke(app, ["resolve", "where is my refund?", "-t", str(task), "--json"])
+        assert result.exit_code == 0, result.stderr
+    resolved = json.loads(result.stdout)
+    assert resolved["output"] == "Refunds: within 5 days."
+    verdicts = tmp_path / "verdicts.jsonl"
+    verdicts.write_text(json.dumps({"trace_id": resolved["trace_id"], "correct": True}) + "\n", encoding="utf-8")
+    assert runner.invoke(app, ["feedback", str(verdicts), "-t", str(task)]).exit_code == 0
+    decide = ["review", "decide", "deactivation", "invoice-copy", "accepted", "-t", str(task), "--json"]
+    assert json.loads(runner.invoke(app, decide).stdout)["memory_stopped"] == 0  # no entry stood for it
+    decide[3] = "refund-status"
+    result = runner.invoke(app, decide[:-1])
+    assert result.exit_code == 0, result.stderr
+    assert "memory stops serving the entry that stood for the answer it removed" in result.stdout
+
+
 def test_deciding_on_a_tree_file_turned_alias_bomb_is_refused_before_the_round_trip_reader(tmp_path: Path) -> None:
     """The tree file read when the task file was loaded is replaced by a billion-laughs file before the edit:
     the bounded loader refuses it (ruamel.yaml never reads it), naming file and line; nothing is recorded."""

@@ -276,6 +276,41 @@ def test_accepted_retirements_go_into_a_new_tree_version_and_what_the_tree_canno
     assert "no habit 'gone'" in (logged["gone"].note or "")
 
 
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_round_that_retires_an_answer_memory_remembered_says_so_in_its_artifact(tmp_path: Path) -> None:
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.review import CheckedDecisions, apply_decisions_task
+    from gil_core.habits.review_log import ReviewKind
+    from gil_core.reviews import ItemDecision, ReviewList
+
+    tree_file = tmp_path / "support.yaml"
+    shutil.copy(ROOT / "ontologies" / "support.yaml", tree_file)
+    with support_server({"where is my refund?": Script(route=["billing", "refund status"])}) as server:
+        task = write_task_file(tmp_path, server.base_url, tree=str(tree_file))
+        result = runner.invoke(app, ["resolve", "where is my refund?", "-t", str(task), "--json"])
+        assert result.exit_code == 0, result.stderr
+    verdicts = tmp_path / "verdicts.jsonl"
+    verdicts.write_text(json.dumps({"trace_id": json.loads(result.stdout)["trace_id"], "correct": True}) + "\n")
+    assert runner.invoke(app, ["feedback", str(verdicts), "-t", str(task)]).exit_code == 0
+
+    review = ReviewList(ReviewKind.DEACTIVATION, "support", [{"id": "refund-status", "anchor": "billing"}])
+
+    @flow
+    async def retire() -> dict[str, Any]:
+        checked = CheckedDecisions([ItemDecision("refund-status", Decision.ACCEPTED)])
+        return await apply_decisions_task(str(task), review, checked)
+
+    outcome = asyncio.run(retire())
+    assert outcome["tree_file"] == str(tmp_path / "support.v2.yaml") and outcome["memory_stopped"] == 1
+    with get_client(sync_client=True) as client:
+        key = ArtifactFilterKey(any_=["support-deactivation-decisions"])
+        (artifact,) = client.read_artifacts(artifact_filter=ArtifactFilter(key=key))
+    assert "memory stops serving 1 remembered answer that stood for the answers it removes" in artifact.data
+
+
 def test_the_form_explains_retirements_and_signals_with_their_counts_and_intervals() -> None:
     from flows.review import explain, wilson_interval
     from gil_core.habits.deactivation import ReliabilityCounts
