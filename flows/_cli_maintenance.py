@@ -191,7 +191,8 @@ def _changed_lines(task: str, change: TreeChange) -> list[str]:
         return [f"task {task!r}: this tree gives every answer its verdicts confirmed ({change.remembered} remembered)"]
     lines = [
         f"task {task!r}: this tree changes {len(change.answers)} answers verdicts confirmed; memory stops serving"
-        f" {change.stops_serving} of its {change.remembered} entries (each forgotten when next hit)"
+        f" {change.stops_serving} of its {change.remembered} entries (kept: they serve again under a tree that gives"
+        " their answers)"
     ]
     for item in change.answers:
         how = "removed" if item.removed else "changed"

@@ -1,15 +1,16 @@
 """Which tree answer a memory entry stands for, so that memory stops serving an answer the tree has changed since.
 
-A verdict records the tree answer it confirmed in the traces table's ``answer_version`` column: the option's id and
-a digest of what it answers with (``Option.answer_version``). Memory keys each entry by the trace that confirmed
-it, so that row says what the entry stands for. A hit whose answer is no longer one of the tree's (an answer
-reworded or removed, a procedure whose steps changed) and whose entry stood for a tree answer the tree no longer
-gives is refused, and the entry forgotten (``gil_core.recall``); a rebuild from the history leaves such entries
-out (``Feedback.rebuild_memory``). An entry that stands for no tree answer (a person's own words, a generated
-answer, "none of these", a verdict recorded before the column existed) is served as before.
+A verdict records the tree answer it confirmed in the traces table's ``answer_version`` column: the option's id and a
+digest of what it answers with (``Option.answer_version``). Memory keys each entry by the trace that confirmed it, so
+that row says what the entry stands for. A hit whose answer is no longer one of the tree's (an answer reworded or
+removed, a procedure whose steps changed) and whose entry stood for a tree answer the tree no longer gives is refused:
+the next nearest entry standing for what the tree gives now serves instead, if one is similar enough
+(``gil_core.recall``). Entries are kept, so under the tree they were confirmed for they serve again; a rebuild from the
+history leaves such entries out (``Feedback.rebuild_memory``). An entry that stands for no tree answer (a person's own
+words, a generated answer, "none of these", a verdict recorded before the column existed) is served as before.
 
-A process reads, once per task and tree, which entries stand for an answer the tree no longer gives
-(``StaleEntries``: one scan of the task's verdicts for those rows, usually none), so a lookup never reads the log.
+A process reads, once per task and tree, which entries stand for an answer the tree no longer gives (``StaleEntries``:
+one scan of the task's verdicts for those rows, usually none), so a lookup never reads the log.
 """
 
 from __future__ import annotations

@@ -3,15 +3,15 @@
 Memory is asked when the task sets a memory threshold (the verify band's lower edge when it has one), under the
 task's memory-failure policy: a failed lookup is a miss that says why, or, with the "error" policy, a
 ``MemoryUnavailableError``. A hit may then be taken back, in this order: refused when its entry stands for an
-answer the tree has changed or removed since (the entry is forgotten; ``gil_core.answer_versions``), judged at
-memory's cut read from the log instead of the configured one (with the learned judge on), refused by the hit
-guard, put to the yes/no verification in the verify band unless its entry's evidence clears it, and overruled by
-the learned judge. A hit that stands answers the request. See docs/architecture.md, "The way of one request".
+answer the tree has changed or removed since (the next nearest entry at or above the threshold that stands for what
+the tree gives now serves instead, if there is one; ``gil_core.answer_versions``), judged at memory's cut read from
+the log instead of the configured one (with the learned judge on), refused by the hit guard, put to the yes/no
+verification in the verify band unless its entry's evidence clears it, and overruled by the learned judge. A hit
+that stands answers the request. See docs/architecture.md, "The way of one request".
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 
 from gil_core.answer_versions import changed_answer
@@ -27,8 +27,8 @@ from gil_core.wiring import Wiring
 
 __all__ = ["MemoryStep"]
 
-_log = logging.getLogger(__name__)
 _GUARD = HitGuard()
+_NEAREST = 8  # entries asked for when the nearest stands for an answer the tree has changed since
 # A hit memory's lowered cut let through, for a request the learned judge finds unlike the confirmed ones.
 _UNLIKE = "learned: the log's lower memory cut holds for requests like the confirmed ones, and this one is unlike them"
 
@@ -46,7 +46,7 @@ class MemoryStep:
         """The recall as the checks leave it (None: memory off, or nothing remembered), and what memory came to."""
         recall, outcome = await self._lookup(task, text)
         if recall is not None and recall.hit:
-            recall = await self._still_the_trees(task, recall)
+            recall = await self._still_the_trees(task, text, recall)
         if recall is not None and recall.similarity is not None and task.policy.learned is not None:
             recall = await self._at_learned_cut(task, recall)
         if recall is not None and task.policy.memory_guard:  # similar, but not the same request: a miss
@@ -75,31 +75,38 @@ class MemoryStep:
             return Recall(threshold=threshold, hit=False, error=f"{type(exc).__name__}: {exc}"), "failed"
         return recall, "hit" if recall is not None and recall.hit else "miss"
 
-    async def _still_the_trees(self, task: TaskDefinition, recall: Recall) -> Recall:
+    async def _still_the_trees(self, task: TaskDefinition, text: str, recall: Recall) -> Recall:
         """A hit whose entry stands for a tree answer the tree no longer gives (reworded, removed, a procedure's
-        steps changed) is a miss that says why, and the entry is forgotten: the walk answers in the tree's words
-        now, and a verdict on that answer is remembered in its place. An answer that is one of the tree's now,
-        "none of these", or one that stood for no tree answer is served as before."""
-        answer = (recall.answer or "").strip()
-        if recall.source is None or answer == task.language.none_of_these:
-            return recall
-        if self._parts.answers(task).option_for(answer) is not None:
+        steps changed) does not serve: the nearest entry at or above the threshold that stands for what the tree
+        gives now does (of the ``_NEAREST`` nearest), else the request is a miss that says why, and the walk
+        answers in the tree's words. Entries are kept: under the tree they were confirmed for they serve again."""
+        reason = self._changed(task, recall.answer, recall.source)
+        if reason is None or self._memory is None:
             return recall
         try:
-            version = self._feedback.stale_version(task, recall.source)
-        except GilError:  # the log could not be read: the hit is served as it was before versions were recorded
-            return recall
-        reason = changed_answer(task.tree, version)
-        if reason is None:
-            return recall
-        if self._memory is not None:
-            try:
-                await self._memory.forget(task.name, recall.source)
-            except (GilError, OSError) as exc:  # refused anyway; a later hit tries again
-                _log.warning(
-                    "task %r: memory did not forget entry %s (%s)", task.name, recall.source, type(exc).__name__
-                )
+            nearest = await self._memory.nearest(task.name, text, _NEAREST)
+        except (GilError, OSError):  # refused all the same: the walk answers
+            return replace(recall, hit=False, refused=reason)
+        for entry in nearest:
+            if entry.similarity is None or entry.similarity < recall.threshold:
+                break
+            if self._changed(task, entry.answer, entry.key) is None:
+                return Recall.from_nearest(entry, threshold=recall.threshold)
         return replace(recall, hit=False, refused=reason)
+
+    def _changed(self, task: TaskDefinition, answer: str | None, key: str | None) -> str | None:
+        """Why the entry ``key`` holding ``answer`` stands for an answer the task's tree no longer gives (None when
+        it does not: the answer is one of the tree's now, "none of these", or stood for no tree answer)."""
+        stripped = (answer or "").strip()
+        if key is None or stripped == task.language.none_of_these:
+            return None
+        if self._parts.answers(task).option_for(stripped) is not None:
+            return None
+        try:
+            version = self._feedback.stale_version(task, key)
+        except GilError:  # the log could not be read: served as it was before versions were recorded
+            return None
+        return changed_answer(task.tree, version)
 
     async def _at_learned_cut(self, task: TaskDefinition, recall: Recall) -> Recall:
         """The recall judged at memory's cut read from the log (``learned.memory_cut``) instead of the configured

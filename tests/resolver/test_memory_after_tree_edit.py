@@ -1,8 +1,9 @@
-"""Memory after the tree is edited: an entry standing for an answer the tree has changed or removed is no longer
-served (and is forgotten), while answers the tree still gives, a person's own words and "none of these" are.
+"""Memory after the tree is edited: an entry standing for an answer the tree has changed or removed is no longer served
+(the next nearest entry standing for what the tree gives now is), while answers the tree still gives, a person's own
+words and "none of these" are.
 
-Each test resolves and confirms through the real resolver, the scripted OpenAI-compatible server on loopback, a
-real LanceDB memory and the Parquet store; the edit is a changed copy of ontologies/support.yaml loaded anew.
+Each test resolves and confirms through the real resolver, the scripted OpenAI-compatible server on loopback, a real
+LanceDB memory and the Parquet store; the edit is a changed copy of ontologies/support.yaml loaded anew.
 """
 
 from __future__ import annotations
@@ -82,17 +83,21 @@ async def test_a_reworded_answer_is_no_longer_served_from_memory_and_the_new_wor
         assert after.recall.refused == (
             "tree: the remembered answer was the tree's 'refund-status', which the tree has changed since"
         )
-        assert [entry.answer for entry in await memory.entries(task.name)] == []  # the entry is forgotten
+        assert [entry.answer for entry in await memory.entries(task.name)] == [REFUND_TEXT]  # kept, not served
 
         await resolver.feedback(reworded, after.trace_id, correct=True)
         refusals = resolver.store.stats(task.name, window=10).memory_refused
         assert [(r.check, r.hits, r.judged, r.remembered_wrong, r.answered_right) for r in refusals] == [
             ("tree changed", 1, 1, 1, 1)  # serving the old words would have been wrong by the new verdict
         ]
+        # The old entry is as near (and remembered earlier), but the next nearest stands for the tree's answer now.
         again = await resolver.resolve(reworded, REFUND)
         assert (again.mode, again.output) == ("memory", REWORDED)
-        # Back to the old tree: the new words are not its answer, the old entry is gone.
-        assert (await resolver.resolve(task, REFUND)).mode == "habit/answer"
+        assert again.recall is not None and again.recall.source == after.trace_id and again.recall.refused is None
+        # Back to the old tree: the old entry serves again, and the new words are not its answer.
+        back = await resolver.resolve(task, REFUND)
+        assert (back.mode, back.output) == ("memory", REFUND_TEXT)
+        assert back.recall is not None and back.recall.source == first.trace_id
 
 
 async def test_a_removed_answer_is_refused_and_a_rebuild_leaves_it_out(tmp_path: Path) -> None:
