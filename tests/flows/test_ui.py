@@ -192,6 +192,28 @@ def paused_run(prefect_ui: PrefectUI, run_id: Any, what: str) -> None:
         wait_for(paused, what, STARTUP_SECONDS, prefect_ui.serve, prefect_ui.logs / "serve.log")
 
 
+def resume_through_the_form(prefect_ui: PrefectUI, dialog: Any, run_id: Any, attempts: int = 3) -> None:
+    """Click the form's Resume until the server takes it. Prefect's server on SQLite may refuse a resume under load
+    ("database is locked" in its log: the resume reads the run and then writes its state in one deferred
+    transaction, which SQLite refuses without waiting when another write lands in between). That transaction is
+    rolled back whole: the run stays paused with no input stored, and the dialog stays open, as a person would see
+    it; clicking again is what they would do. A run no longer paused means the resume was taken."""
+    from playwright.sync_api import expect
+
+    for _ in range(attempts):
+        dialog.get_by_role("button", name="Resume", exact=True).click()
+        try:
+            expect(dialog).to_be_hidden(timeout=15_000)
+            return
+        except AssertionError:
+            with prefect_client(prefect_ui.api_url) as client:
+                state = client.read_flow_run(run_id).state
+            if state is None or not state.is_paused():  # taken; the page is slow to close the dialog
+                expect(dialog).to_be_hidden(timeout=60_000)
+                return
+    raise AssertionError(f"the server refused {attempts} resumes\n{log_tail(prefect_ui.logs / 'ui.log')}")
+
+
 def schedule_of(deployment: Any) -> tuple[str, object] | None:
     if not deployment.schedules:
         return None
@@ -334,8 +356,7 @@ def test_a_served_review_round_is_decided_in_the_browser(
         # The screenshot shows the whole form, the proposals' evidence above it: every scrolled box back at its top.
         dialog.evaluate("box => [box, ...box.querySelectorAll('*')].forEach(element => { element.scrollTop = 0 })")
         page.screenshot(path=str(png))
-        dialog.get_by_role("button", name="Resume", exact=True).click()
-        expect(dialog).to_be_hidden()
+        resume_through_the_form(prefect_ui, dialog, paused_review.run_id)
     keep_screenshot(png)
 
     state = final_state(prefect_ui, paused_review.run_id, "the resumed round")
@@ -481,8 +502,7 @@ def test_a_served_feedback_queue_is_answered_in_the_browser(prefect_ui: PrefectU
                 ".forEach(element => { element.scrollTop = 0; element.scrollLeft = 0 })"
             )
             page.screenshot(path=str(png))
-            dialog.get_by_role("button", name="Resume", exact=True).click()
-            expect(dialog).to_be_hidden()
+            resume_through_the_form(prefect_ui, dialog, run.id)
         state = final_state(prefect_ui, run.id, "the answered queue")
     assert state.is_completed(), f"{state}\n{log_tail(prefect_ui.logs / 'serve.log')}"
     keep_screenshot(png)
