@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from flows._cli_common import JsonOption, TaskFileOption, console, emit, fail, guarded, run, task_file
+from flows._cli_common import JsonOption, TaskFileOption, console, emit, fail, guarded, run, task_file, warn
 
 # Each command imports what it uses in its own body (flows/cli.py says why).
 
@@ -83,11 +83,13 @@ def decide(
     changed = tree is not None
     stopped = 0  # memory entries standing for an answer the decided tree no longer gives
     if tree is not None:
+        from gil_core.errors import GilError
         from gil_core.feedback import Feedback
 
-        stopped = guarded(
-            lambda: Feedback(store, memory=None, learner=None).changed_by(loaded.task, tree)
-        ).stops_serving
+        try:  # the decision is recorded: a count that cannot be read is said, not an error
+            stopped = Feedback(store, memory=None, learner=None).changed_by(loaded.task, tree).stops_serving
+        except GilError as exc:
+            warn("not counted:", f"the remembered answers the decision stops serving ({exc})")
     said = f"{kind} {item_id}: {decision}" + (f" — {loaded.task.tree.source} updated" if changed else "")
     if stopped:
         entries = "the entry that stood" if stopped == 1 else f"the {stopped} entries that stood"

@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field, create_model
 
 from flows._prefect import artifact_key, gil_task
 from flows._progress import FlowProgress, task_progress
+from gil_core.errors import GilError
 from gil_core.feedback import Feedback
 from gil_core.habits.deactivation import ReliabilityCounts, read_reliability
 from gil_core.habits.review_log import Decision, ReviewDecision, ReviewKind, ReviewLog
@@ -318,11 +319,12 @@ async def apply_decisions_task(
         )
         lines += ["", f"New tree file `{applied.tree_file}`; point the task file's `tree` at it to use it:", ""]
         lines += ["```diff", *diff, "```"]
-    stopped = (
-        0
-        if applied.tree is None
-        else Feedback(store, memory=None, learner=None).changed_by(loaded.task, applied.tree).stops_serving
-    )
+    stopped = 0  # memory entries standing for an answer the new tree no longer gives
+    if applied.tree is not None:
+        try:  # the decisions are recorded: a count that cannot be read is logged, and the round still succeeds
+            stopped = Feedback(store, memory=None, learner=None).changed_by(loaded.task, applied.tree).stops_serving
+        except GilError as exc:
+            logger.warning("the remembered answers the new tree stops serving were not counted: %s", exc)
     if stopped:
         lines += [
             "",
