@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from gil_core.habits.attribution import AnswerIndex
 from gil_core.ontology import Tree
+from gil_core.ontology.model import version_option
 from gil_core.tasks import TaskDefinition
 
 __all__ = ["ChangedAnswer", "StaleEntries", "TreeChange", "changed_answer", "changed_answers", "confirmed_version"]
@@ -59,7 +60,7 @@ def changed_answer(tree: Tree, version: str | None) -> str | None:
     gone, or it answers otherwise now."""
     if version is None or version in tree.answer_versions:
         return None
-    option_id = version.rpartition("#")[0]
+    option_id = version_option(version)
     if not tree.has_option(option_id):
         return f"tree: the remembered answer was the tree's {option_id!r}, which the tree no longer has"
     return f"tree: the remembered answer was the tree's {option_id!r}, which the tree has changed since"
@@ -99,7 +100,7 @@ def changed_answers(
 
     def by_option(versions: Iterable[str | None]) -> Counter[str]:
         return Counter(
-            version.rpartition("#")[0] for version in versions if version and version not in tree.answer_versions
+            version_option(version) for version in versions if version and version not in tree.answer_versions
         )
 
     verdicts, entries = by_option(confirmed), by_option(remembered)

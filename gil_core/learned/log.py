@@ -28,7 +28,7 @@ from gil_core.habits.attribution import AnswerIndex
 from gil_core.learned.generation_floor import GENERATION_MODES, Generated
 from gil_core.learned.queue import ChosenBy, read_chosen_by
 from gil_core.memory.guard import has_negation
-from gil_core.ontology.model import Tree
+from gil_core.ontology.model import Tree, version_option
 from gil_core.telemetry import TelemetryStore
 from gil_core.verdicts import confirmed_answer
 
@@ -186,7 +186,7 @@ def _confirmed_option(
         return False, None
     known, option = learnable_option(answers, answer, none_text)
     if not known and row.get("answer_version"):  # the tree answer it confirmed, since reworded: the same option
-        option = str(row["answer_version"]).rpartition("#")[0]
+        option = version_option(str(row["answer_version"]))
         known = option in options
     return (True, option) if known else (False, None)
 

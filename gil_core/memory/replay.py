@@ -60,12 +60,10 @@ def plan_memory(events: Iterable[FeedbackEvent], *, answers_now: Container[str] 
             held.pop(event.recall_source, None)
         held.pop(event.trace_id, None)  # a later verdict overturns the earlier one
         answer = event.confirmed_answer()
-        changed = (
-            answers_now is not None and event.answer_version is not None and event.answer_version not in answers_now
-        )
-        if (
-            answer is not None and event.text and not changed
-        ):  # a request recorded without its text cannot be remembered
+        version = event.answer_version
+        if answers_now is not None and version is not None and version not in answers_now:
+            continue  # a tree answer the tree no longer gives: the entry would be refused at every lookup
+        if answer is not None and event.text:  # a request recorded without its text cannot be remembered
             held[event.trace_id] = MemoryEntry(key=event.trace_id, text=event.text, answer=answer)
     return list(held.values())
 

@@ -12,7 +12,7 @@ from functools import cached_property
 
 from gil_core.ontology.labels import LabelScheme
 
-__all__ = ["Node", "Option", "OptionKind", "Origin", "Slot", "Tree"]
+__all__ = ["Node", "Option", "OptionKind", "Origin", "Slot", "Tree", "version_option"]
 
 
 class OptionKind(StrEnum):
@@ -101,6 +101,11 @@ class Option:
         ]
         digest = hashlib.sha256(json.dumps(what, ensure_ascii=False).encode()).hexdigest()
         return f"{self.id}#{digest[:12]}"
+
+
+def version_option(version: str) -> str:
+    """The id of the option an ``Option.answer_version`` names."""
+    return version.rpartition("#")[0]
 
 
 def _slot_fields(slot: Slot) -> tuple[str, str, str | None, str | None]:
