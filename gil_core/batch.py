@@ -8,20 +8,18 @@ A batch spread over several processes is cut into chunks (``plan_chunks``); each
 and resolves its chunks with ``resolve_batch``, and ``BatchReport.merged`` puts the reports back together. Since
 the trace id depends only on task and ticket, it does not matter which process resolved a ticket.
 
-Verdicts are applied by ``gil_core.batch_feedback``, and what a batch's processes share is said by
-``gil_core.batch_workers``; this module re-exports their public names.
+Which tickets to resolve and in which chunks is ``gil_core.batch_plan``'s; the results file and the verdicts an
+answer key gives are ``gil_core.batch_results``'s; verdicts are applied by ``gil_core.batch_feedback``, and what a
+batch's processes share is said by ``gil_core.batch_workers``. This module re-exports their public names.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
-import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -42,16 +40,22 @@ from gil_core._ticket_files import (
     read_verdicts,
     text_encoding,
 )
-from gil_core.atomic import atomic_open
-from gil_core.batch_feedback import AnswerKey, FeedbackReport, apply_verdicts, graded, key_option, option_graded
+from gil_core.batch_feedback import AnswerKey, FeedbackReport, apply_verdicts
+from gil_core.batch_plan import (
+    WINDOW,
+    chunk_sizes,
+    pending_chunks,
+    pending_tickets,
+    plan_chunks,
+    ticket_trace_id,
+    traced_among,
+)
+from gil_core.batch_results import key_verdicts, read_feedback, write_results
 from gil_core.batch_scope import batch_scope, new_batch_id
 from gil_core.batch_workers import model_endpoints, share_client_budget
-from gil_core.errors import BatchFileError, ConfigurationError, GilError, SchemaViolationError, TelemetryError
-from gil_core.habits.attribution import habit_for_text
-from gil_core.ontology import Option
+from gil_core.errors import ConfigurationError, GilError, SchemaViolationError, TelemetryError
 from gil_core.resolver import Resolver
 from gil_core.tasks import TaskDefinition
-from gil_core.telemetry import TelemetryStore
 
 __all__ = [
     "CSV_DELIMITERS",
@@ -88,13 +92,6 @@ __all__ = [
 ]
 
 Progress = Callable[[int, int], None]
-
-
-WINDOW = 2_000
-"""Tickets a batch takes from its input at a time: looked up in the store together (which have a trace already),
-then resolved. A batch holds one window of tickets, not its whole input."""
-
-_RESULTS_WINDOW = 20_000  # tickets whose trace rows are read together while the results file is written
 
 
 @dataclass
@@ -165,17 +162,6 @@ class _TraceIds(Mapping[str, str]):
         if ticket_id not in self._ids:
             raise KeyError(ticket_id)
         return ticket_trace_id(self._task, ticket_id)
-
-
-def ticket_trace_id(task: str, ticket_id: str) -> str:
-    """The trace id of a ticket: stable across runs, distinct across tasks, whatever characters the task name
-    and the ticket id hold."""
-    if "\x1f" in task or "\x1f" in ticket_id:
-        # Joined by the separator, ("a\x1fb", "c") and ("a", "b\x1fc") would share a trace, one task's superseding
-        # the other's. Such pairs are hashed as JSON, which holds no raw separator, so never meets a joined pair
-        # (exactly one); every other pair keeps the id it always had.
-        return hashlib.sha256(json.dumps([task, ticket_id]).encode()).hexdigest()[:32]
-    return hashlib.sha256(f"{task}\x1f{ticket_id}".encode()).hexdigest()[:32]
 
 
 async def resolve_batch(
@@ -385,211 +371,3 @@ class _Tally:
             self._returned -= ready
             self._report.resolved += len(ready)
             self.report_progress()
-
-
-def traced_among(store: TelemetryStore, task: str, trace_ids: Iterable[str]) -> set[str]:
-    """Which of these trace ids of ``task`` the store holds a trace for (``TelemetryStore.traced``)."""
-    return store.traced(task, trace_ids)
-
-
-def pending_tickets(
-    store: TelemetryStore, task: str, tickets: Iterable[Ticket], *, window: int = WINDOW
-) -> list[Ticket]:
-    """The tickets that have no trace yet, in order (looked up ``window`` at a time)."""
-    return [ticket for chunk in pending_chunks(store, task, tickets, [], window=window) for ticket in chunk]
-
-
-def pending_chunks(
-    store: TelemetryStore, task: str, tickets: Iterable[Ticket], sizes: Sequence[int], *, window: int = WINDOW
-) -> Iterator[list[Ticket]]:
-    """The tickets without a trace, in order, cut into chunks of ``sizes`` (then chunks of the last size, or of
-    ``window`` when ``sizes`` is empty); streamed: the store is asked ``window`` tickets at a time, and one
-    chunk is held at once."""
-    if window < 1:
-        raise ConfigurationError(f"window must be ≥ 1, got {window}")
-    sizes_left = iter(sizes)
-    size = next(sizes_left, window)
-    chunk: list[Ticket] = []
-    source = iter(tickets)
-    while part := list(itertools.islice(source, window)):
-        by_trace = {ticket_trace_id(task, ticket.id): ticket for ticket in part}
-        done = traced_among(store, task, by_trace)
-        for trace_id, ticket in by_trace.items():
-            if trace_id in done:
-                continue
-            chunk.append(ticket)
-            if len(chunk) >= size:
-                yield chunk
-                chunk, size = [], next(sizes_left, size)
-    if chunk:
-        yield chunk
-
-
-def chunk_sizes(
-    tickets: int, workers: int, *, per_worker: int = 4, min_size: int = 25, max_size: int = WINDOW * 5
-) -> list[int]:
-    """The sizes ``plan_chunks`` would cut ``tickets`` tickets into, no chunk above ``max_size``."""
-    if workers < 1 or per_worker < 1 or min_size < 1 or max_size < 1:
-        raise ConfigurationError(
-            f"workers, per_worker, min_size, max_size must be ≥ 1: {workers}, {per_worker}, {min_size}, {max_size}"
-        )
-    if tickets < 1:
-        return []
-    count = max(1, min(workers * per_worker, tickets // min_size), -(-tickets // max_size))
-    size, larger = divmod(tickets, count)  # the first ``larger`` chunks take one ticket more
-    return [size + (index < larger) for index in range(count)]
-
-
-def plan_chunks(
-    tickets: Sequence[Ticket], workers: int, *, per_worker: int = 4, min_size: int = 25
-) -> list[list[Ticket]]:
-    """Cut a batch into contiguous chunks for ``workers`` processes, sizes differing by one ticket at most.
-
-    About ``per_worker`` chunks each, so a worker that finishes early takes more work instead of waiting for a
-    slow one; never chunks below ``min_size`` tickets (each chunk opens a runtime). Every ticket is in exactly one
-    chunk, in order; no chunk is empty.
-    """
-    if workers < 1 or per_worker < 1 or min_size < 1:
-        raise ConfigurationError(f"workers, per_worker, min_size must be ≥ 1: {workers}, {per_worker}, {min_size}")
-    if not tickets:
-        return []
-    count = max(1, min(workers * per_worker, len(tickets) // min_size))
-    size, larger = divmod(len(tickets), count)  # the first ``larger`` chunks take one ticket more
-    bounds = [index * size + min(index, larger) for index in range(count + 1)]
-    return [list(tickets[start:end]) for start, end in itertools.pairwise(bounds)]
-
-
-def write_results(
-    store: TelemetryStore, task: TaskDefinition, tickets: BatchReport | Iterable[Ticket], out: str | Path
-) -> int:
-    """Write one result line per ticket that has a trace (stable interface, see README), in ticket order,
-    atomically. To ``.csv`` or ``.tsv``, a sheet for a person to judge instead: a header row, the same fields
-    (the path's nodes joined by `` > ``), the request's ``text`` when ``tickets`` are the tickets and the task
-    records its requests (not ``do_not_record``), then empty ``correct`` and ``correction`` columns, which make
-    the file a verdicts file once filled in (``read_verdicts``); UTF-8 with a byte order mark, which spreadsheets
-    read by.
-    ``tickets``: a batch's report (its ``trace_ids``), or the tickets themselves, which may be a stream
-    (``iter_tickets``): their traces are read ``_RESULTS_WINDOW`` at a time, one window held at once. A file that
-    cannot be written (a folder in its place, a full disk) raises ``BatchFileError`` naming it; the file as it was
-    is left."""
-    triples: Iterable[tuple[str, str, str | None]] = (
-        ((ticket_id, trace_id, None) for ticket_id, trace_id in tickets.trace_ids.items())
-        if isinstance(tickets, BatchReport)
-        else ((ticket.id, ticket_trace_id(task.name, ticket.id), ticket.text) for ticket in tickets)
-    )
-    lines = _result_lines(store, task, triples)
-    if Path(out).suffix in CSV_DELIMITERS:
-        texts = not isinstance(tickets, BatchReport) and not task.policy.do_not_record
-        fields = (*_RESULT_FIELDS[:4], "text", *_RESULT_FIELDS[4:]) if texts else _RESULT_FIELDS
-        rows = ([text if field == "text" else line[field] for field in fields] for line, text, _ in lines)
-        return write_sheet(out, fields, rows)
-    written = 0
-    try:
-        with atomic_open(out) as handle:
-            for line, _, _ in lines:
-                handle.write(json.dumps(line, ensure_ascii=False) + "\n")
-                written += 1
-    except OSError as exc:  # the store's own failures are TelemetryErrors already: this is the results file's
-        raise BatchFileError(f"cannot write the results ({type(exc).__name__}: {exc})", path=str(out)) from exc
-    return written
-
-
-def key_verdicts(
-    store: TelemetryStore, task: TaskDefinition, key: Iterable[Ticket | BadInput], *, by_option: bool = False
-) -> tuple[list[Verdict], list[BadInput]]:
-    """Verdicts from an answer key: each ``Ticket`` of ``key`` holds a ticket's id and, as its text, the answer it
-    should have got (``iter_tickets`` reads a key file by its columns); its trace is read from ``store`` and
-    ``graded``. With ``by_option``, the text names the tree answer instead (an option's id or label, or none of
-    these: ``key_option``) and the trace is ``option_graded``; a name that is none of the tree's is a
-    ``BadInput``. A ticket without a trace (not resolved yet) is a ``BadInput``, as are the key's own bad lines. A
-    ``do_not_record`` task keeps no answers to compare: refused (``ConfigurationError``)."""
-    if task.policy.do_not_record:
-        raise ConfigurationError(f"task {task.name!r} records no answers (do_not_record): nothing to grade by a key")
-    verdicts: list[Verdict] = []
-    bad: list[BadInput] = []
-    answers: list[tuple[str, str, str | None]] = []
-    named: dict[str, Option | None] = {}
-    for item in key:
-        if isinstance(item, BadInput):
-            bad.append(item)
-        elif by_option and not (found_option := key_option(task, item.text))[0]:
-            said = f"{item.text!r} names none of the tree's answers (an option's id or label, or none of these)"
-            bad.append(BadInput(f"ticket {item.id!r}", said))
-        else:
-            if by_option:
-                named[item.id] = found_option[1]
-            answers.append((item.id, ticket_trace_id(task.name, item.id), item.text))
-    found: set[str] = set()
-    for line, expected, request in _result_lines(store, task, answers):
-        found.add(line["id"])
-        if by_option:
-            option = named[line["id"]]
-            args = (line["trace_id"], line["option_id"], line["output"], request, option)
-            verdicts.append(option_graded(task, *args))
-        else:
-            verdicts.append(graded(line["trace_id"], line["output"], expected or ""))
-    bad += [
-        BadInput(f"ticket {ticket_id!r}", "no trace: resolve it first (gil resolve-batch)")
-        for ticket_id, _, _ in answers
-        if ticket_id not in found
-    ]
-    return verdicts, bad
-
-
-def read_feedback(
-    store: TelemetryStore,
-    task: TaskDefinition,
-    path: str | Path,
-    *,
-    encoding: str = "utf-8",
-    key: AnswerKey | None = None,
-) -> tuple[list[Verdict], list[BadInput]]:
-    """The verdicts a feedback file gives and its bad lines: a verdicts file (``read_verdicts``), or with ``key``
-    (where it names each ticket and its right answer) an answer key graded against the store (``key_verdicts``)."""
-    if key is None:
-        return read_verdicts(path, encoding=encoding)
-    tickets = iter_tickets(path, columns=key.columns, encoding=encoding)
-    return key_verdicts(store, task, tickets, by_option=key.by_option)
-
-
-def _result_lines(
-    store: TelemetryStore, task: TaskDefinition, triples: Iterable[tuple[str, str, str | None]]
-) -> Iterator[tuple[dict[str, Any], str | None, str]]:
-    """The result line of each (ticket id, trace id, text) that has a trace, in order, with its text and the
-    request the trace keeps (empty for a do-not-record one); the traces read ``_RESULTS_WINDOW`` at a time."""
-    source = iter(triples)
-    while part := list(itertools.islice(source, _RESULTS_WINDOW)):
-        rows = _result_rows(store, [trace_id for _, trace_id, _ in part])
-        for ticket_id, trace_id, text in part:
-            row = rows.get(trace_id)
-            if row is not None:
-                yield _result_line(task, ticket_id, trace_id, row), text, row["state"] or ""
-
-
-_RESULT_FIELDS = ("id", "trace_id", "mode", "output", "option_id", "confidence", "energy", "path", "failure")
-
-
-def _result_rows(store: TelemetryStore, trace_ids: list[str]) -> dict[str, dict[str, Any]]:
-    traces = store.rescanning(
-        lambda: (
-            store.scan("traces", only={"trace_id": trace_ids})
-            .select("trace_id", "state", "mode", "output", "label", "confidence", "energy", "path", "failure")
-            .collect()
-        )
-    )
-    return {row["trace_id"]: row for row in traces.iter_rows(named=True)}
-
-
-def _result_line(task: TaskDefinition, ticket_id: str, trace_id: str, row: Mapping[str, Any]) -> dict[str, Any]:
-    option_id = row["label"] if row["mode"].startswith("habit/") else habit_for_text(task.tree, row["output"])
-    return {
-        "id": ticket_id,
-        "trace_id": trace_id,
-        "mode": row["mode"],
-        "output": row["output"],
-        "option_id": option_id,
-        "confidence": row["confidence"],
-        "energy": row["energy"],
-        "path": [step["node"] for step in json.loads(row["path"] or "[]")],
-        "failure": row["failure"],
-    }
