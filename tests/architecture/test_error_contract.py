@@ -22,7 +22,7 @@ ALLOWED = {
     "(gil_core.learned.state)",
     ("gil_core/memory/lexical_memory.py", "ValueError"): "internal: _io_errors turns it into MemoryUnavailableError",
     ("gil_core/batch.py", "KeyError"): "a mapping's lookup (BatchResults[ticket_id])",
-    ("gil_core/_ticket_files.py", "StopIteration"): "the iterator protocol: _BoundedLines.__next__, the lines "
+    ("gil_core/_record_files.py", "StopIteration"): "the iterator protocol: _BoundedLines.__next__, the lines "
     "csv.reader reads (a generator that raised would end the file at its first bad record)",
     ("gil_core/client/oplog/_base.py", "NotImplementedError"): "abstract methods every adapter overrides",
     ("gil_core/llm/openai_compat.py", "AssertionError"): "unreachable: tenacity returns or reraises",
