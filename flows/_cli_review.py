@@ -121,6 +121,14 @@ def queue_command(
             "oldest queue first (--size and --random-share do not apply).",
         ),
     ] = False,
+    peek: Annotated[
+        bool,
+        typer.Option(
+            "--peek",
+            help="Issue nothing: show what a queue would ask about now without recording it (its random share is "
+            "one draw). Not to be answered: verdicts on it would count as unsolicited, so --out is refused with it.",
+        ),
+    ] = False,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -135,7 +143,7 @@ def queue_command(
     """Ask for the verdicts that would teach the learned judge most: unconfirmed answers where it is least sure,
     requests far from anything confirmed, nodes close to being proven or withdrawn; a share drawn at random.
     Prints the queue and records it as issued (an answer is asked about once); --waiting shows again what was
-    asked about and is not answered yet. Answer it with `gil feedback`."""
+    asked about and is not answered yet; --peek shows a queue without issuing it. Answer it with `gil feedback`."""
     from gil_core.batch import CSV_DELIMITERS, write_sheet
     from gil_core.learned import read_waiting
     from gil_core.runtime import issue_task_queue
@@ -146,6 +154,14 @@ def queue_command(
         raise fail(f"--size: at least 1, got {size}")
     if not 0.0 <= random_share <= 1.0:
         raise fail(f"--random-share: a share between 0 and 1, got {random_share}")
+    if peek and waiting:
+        raise fail("--peek and --waiting: choose one (--waiting shows what issued queues asked about)")
+    if peek and out is not None:
+        # A peek is not recorded, so verdicts from its sheet would count as unsolicited, and its scored picks would
+        # reach the evidence the learned judge's rules read precision from (README, "Why the random share").
+        raise fail(
+            "--out with --peek: a peek is not recorded, so it is not to be answered; issue the queue to answer it"
+        )
     if out is not None and out.suffix not in CSV_DELIMITERS:
         raise fail(f"--out: a sheet is written to .csv or .tsv, got {out.name!r}")  # before the queue is issued
     if waiting:
@@ -154,9 +170,12 @@ def queue_command(
         data: dict[str, Any] = {"task": loaded.task.name, "waiting": len(items)}
         data["queues"] = [queue.to_json() for queue in queues]
     else:
-        queue = run(issue_task_queue(loaded, size=size, random_share=random_share))
+        queue = run(issue_task_queue(loaded, size=size, random_share=random_share, record=not peek))
         items = list(queue.items)
         data = queue.to_json()
+        data["issued"] = not peek and bool(items)  # an empty queue is never recorded
+        if peek:  # nothing recorded: no id or time to refer to
+            del data["queue_id"], data["issued_at"]
     if out is not None:
         header = ("trace_id", "request", "answer", "chosen", "why", "score")
         rows = (
@@ -176,7 +195,8 @@ def queue_command(
         else:
             # Eligible: unconfirmed and not issued before (an answer is asked about once).
             shown = f"{len(queue.items)} of {queue.eligible} unconfirmed answers not yet asked about"
-            console.print(f"feedback queue for {queue.task}: {shown}", highlight=False)
+            peeked = " (a peek: not issued)" if peek else ""
+            console.print(f"feedback queue for {queue.task}{peeked}: {shown}", highlight=False)
             if not items:
                 console.print("nothing to ask about: every answer has a verdict or has been asked about already")
         if not items:
@@ -190,7 +210,9 @@ def queue_command(
                 item.trace_id, item.request, item.answer or "—", item.chosen_by, why, f"{item.teaching.score:.3f}"
             )
         console.print(table)
-        if not waiting:
+        if peek:
+            console.print("not recorded: run it without --peek to issue a queue (its random share is drawn anew)")
+        elif not waiting:
             console.print(f"recorded as issued (queue {queue.queue_id})")
         if out is not None:
             console.print(f"wrote {out}: fill in correct (and correction where wrong), then gil feedback {out}")

@@ -182,3 +182,33 @@ async def test_queue_flow_of_a_task_without_a_learned_reflex_issues_nothing_and_
     queue = await feedback_queue_flow(str(path))
     assert queue["items"] == [] and queue["queue_id"] is None
     assert not (tmp_path / "store" / "queue").exists()  # nothing recorded as issued
+
+
+def test_a_peek_shows_a_queue_without_issuing_it_and_cannot_be_answered_from_a_sheet(tmp_path: Path) -> None:
+    with bad_model() as server:
+        path = store_with_unconfirmed(tmp_path, server.base_url)
+        store = TelemetryStore(tmp_path / "store")
+        peeked = runner.invoke(app, ["review", "queue", "-t", str(path), "--size", "5", "--peek", "--json"])
+        assert peeked.exit_code == 0, peeked.output
+        queue = json.loads(peeked.stdout)
+        assert queue["issued"] is False and "queue_id" not in queue and len(queue["items"]) == 5
+        assert Counter(item["chosen_by"] for item in queue["items"]) == {"queue": 3, "random": 2}
+        assert read_chosen_by(store, "support") == {} and read_waiting(store, "support") == []
+        said = " ".join(runner.invoke(app, ["review", "queue", "-t", str(path), "--peek"]).stdout.split())
+        assert "(a peek: not issued)" in said and "not recorded" in said and "recorded as issued" not in said, said
+        # The scored picks of a peek are among the ones an issued queue asks about next, in the same order (a peek's
+        # two random picks may have taken two of the five best).
+        issued = runner.invoke(
+            app, ["review", "queue", "-t", str(path), "--size", "5", "--random-share", "0", "--json"]
+        )
+        assert issued.exit_code == 0, issued.output
+        first = json.loads(issued.stdout)
+        assert first["issued"] is True
+        picked = [item["trace_id"] for item in queue["items"] if item["chosen_by"] == "queue"]
+        best = [item["trace_id"] for item in first["items"]]
+        assert set(picked) <= set(best) and [trace for trace in best if trace in picked] == picked
+        assert set(read_chosen_by(store, "support")) == {item["trace_id"] for item in first["items"]}
+        for flags, named in ((["--out", str(tmp_path / "peek.csv")], "--out"), (["--waiting"], "--waiting")):
+            refused = runner.invoke(app, ["review", "queue", "-t", str(path), "--peek", *flags])
+            assert refused.exit_code == 2 and named in refused.output and "--peek" in refused.output, refused.output
+        assert not (tmp_path / "peek.csv").exists()
