@@ -125,8 +125,9 @@ def queue_command(
         bool,
         typer.Option(
             "--peek",
-            help="Issue nothing: show what a queue would ask about now without recording it (its random share is "
-            "one draw). Not to be answered: verdicts on it would count as unsolicited, so --out is refused with it.",
+            help="Issue nothing: show what a queue would ask about now (its random share is one draw); its answers "
+            "stay eligible for the next queue, and a verdict given on one counts as chosen the way the peek chose "
+            "it. For looking: --out is refused with it.",
         ),
     ] = False,
     out: Annotated[
@@ -157,11 +158,7 @@ def queue_command(
     if peek and waiting:
         raise fail("--peek and --waiting: choose one (--waiting shows what issued queues asked about)")
     if peek and out is not None:
-        # A peek is not recorded, so verdicts from its sheet would count as unsolicited, and its scored picks would
-        # reach the evidence the learned judge's rules read precision from (README, "Why the random share").
-        raise fail(
-            "--out with --peek: a peek is not recorded, so it is not to be answered; issue the queue to answer it"
-        )
+        raise fail("--out with --peek: a peek is for looking; issue the queue (without --peek) to answer it as a sheet")
     if out is not None and out.suffix not in CSV_DELIMITERS:
         raise fail(f"--out: a sheet is written to .csv or .tsv, got {out.name!r}")  # before the queue is issued
     if waiting:
@@ -170,12 +167,11 @@ def queue_command(
         data: dict[str, Any] = {"task": loaded.task.name, "waiting": len(items)}
         data["queues"] = [queue.to_json() for queue in queues]
     else:
-        queue = run(issue_task_queue(loaded, size=size, random_share=random_share, record=not peek))
+        queue = run(issue_task_queue(loaded, size=size, random_share=random_share, peek=peek))
         items = list(queue.items)
         data = queue.to_json()
         data["issued"] = not peek and bool(items)  # an empty queue is never recorded
-        if peek:  # nothing recorded: no id or time to refer to
-            del data["queue_id"], data["issued_at"]
+        data["peek"] = peek
     if out is not None:
         header = ("trace_id", "request", "answer", "chosen", "why", "score")
         rows = (
@@ -211,7 +207,7 @@ def queue_command(
             )
         console.print(table)
         if peek:
-            console.print("not recorded: run it without --peek to issue a queue (its random share is drawn anew)")
+            console.print("not issued: its answers stay eligible; without --peek a queue is issued (drawn anew)")
         elif not waiting:
             console.print(f"recorded as issued (queue {queue.queue_id})")
         if out is not None:

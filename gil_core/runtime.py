@@ -240,15 +240,15 @@ def load_fitted_energy(store: TelemetryStore) -> EnergyModel | None:
 
 
 async def issue_task_queue(
-    task_file: TaskFile, *, size: int, random_share: float = DEFAULT_RANDOM_SHARE, record: bool = True
+    task_file: TaskFile, *, size: int, random_share: float = DEFAULT_RANDOM_SHARE, peek: bool = False
 ) -> FeedbackQueue:
     """Issue a queue for the task of ``task_file``, ranked by its learned judge's current state (refit first when
-    the log moved on; no chat model is started); with ``record`` False it is only shown, never recorded as issued.
-    ``LearnedStateError`` when the task has no learned_reflex."""
+    the log moved on; no chat model is started); with ``peek``, show one without issuing it (recorded as a peek,
+    ``gil_core.learned.queue``). ``LearnedStateError`` when the task has no learned_reflex."""
     task = task_file.task
     if task.policy.learned is None:
         raise LearnedStateError(f"{task_file.path}: the task has no learned_reflex (see README, Task file)")
     async with open_learner(task_file) as learner:
         state = await learner.refresh(task)
     store = TelemetryStore(task_file.store)
-    return issue_queue(store, task.name, task.tree, state, size=size, random_share=random_share, record=record)
+    return issue_queue(store, task.name, task.tree, state, size=size, random_share=random_share, peek=peek)

@@ -33,6 +33,12 @@ verdict stays a training row: the queue speeds learning, the random share keeps 
 
 Each issued queue is one Parquet file in the store's side folder ``queue/<task key>/`` (``record_queue``);
 ``read_chosen_by`` reads them back per trace, and ``read_waiting`` the items still without a verdict.
+
+**A peek** (``issue_queue(peek=True)``, ``gil review queue --peek``) shows a queue without issuing it: its traces
+stay eligible. It is recorded all the same, in ``queue-peeks/<task key>/``, because a verdict may follow from what
+it showed: on a trace no queue issued, a verdict counts as chosen by the queue where a peek chose it by its score
+(else as random where a peek drew it), so a person answering what a peek showed never carries the queue's picks
+into the evidence the serving rules read.
 """
 
 from __future__ import annotations
@@ -328,8 +334,13 @@ _SCHEMA = pl.Schema(
 )
 
 
-def record_queue(store: TelemetryStore, queue: FeedbackQueue) -> None:
-    """Write ``queue`` as one file of its task's queue folder, atomically."""
+def peek_folder(store: TelemetryStore, task: str) -> Folder:
+    """Where ``task``'s peeks are kept (module doc): the store's side folder ``queue-peeks/<task key>/``."""
+    return store.side_folder("queue-peeks", task_key(task))
+
+
+def record_queue(store: TelemetryStore, queue: FeedbackQueue, *, peek: bool = False) -> None:
+    """Write ``queue`` as one file of its task's queue folder (of its peeks with ``peek``), atomically."""
     rows = [
         {
             "queue_id": queue.queue_id,
@@ -349,12 +360,17 @@ def record_queue(store: TelemetryStore, queue: FeedbackQueue) -> None:
         }
         for position, item in enumerate(queue.items)
     ]
-    queue_folder(store, queue.task).write_parquet(f"{queue.queue_id}.parquet", pl.DataFrame(rows, schema=_SCHEMA))
+    folder = (peek_folder if peek else queue_folder)(store, queue.task)
+    folder.write_parquet(f"{queue.queue_id}.parquet", pl.DataFrame(rows, schema=_SCHEMA))
 
 
 def _issued(store: TelemetryStore, task: str) -> pl.DataFrame:
-    """Every row of every queue issued for ``task`` (files of other layouts or tasks are not read)."""
-    folder = queue_folder(store, task)
+    """Every row of every queue issued for ``task``."""
+    return _recorded(queue_folder(store, task), task)
+
+
+def _recorded(folder: Folder, task: str) -> pl.DataFrame:
+    """Every row of every queue in ``folder`` for ``task`` (files of other layouts or tasks are not read)."""
     frames = []
     for name in folder.names():
         try:
@@ -367,12 +383,17 @@ def _issued(store: TelemetryStore, task: str) -> pl.DataFrame:
 
 
 def read_chosen_by(store: TelemetryStore, task: str) -> dict[str, ChosenBy]:
-    """Per trace that an issued queue holds, how it was chosen ("queue" or "random"), by its first issue; a trace
-    in no queue is "unsolicited"."""
+    """Per trace that an issued queue holds, how it was chosen ("queue" or "random"), by its first issue; per trace
+    no queue issued and a peek showed, "queue" where any peek chose it by its score, else "random" (module doc); a
+    trace in neither is "unsolicited"."""
     issued = _issued(store, task).sort("issued_at", "queue_id", "position")
     chosen: dict[str, ChosenBy] = {}
     for trace_id, how in issued.select("trace_id", "chosen_by").iter_rows():
         chosen.setdefault(trace_id, "queue" if how == "queue" else "random")
+    issued_ids = set(chosen)
+    for trace_id, how in _recorded(peek_folder(store, task), task).select("trace_id", "chosen_by").iter_rows():
+        if trace_id not in issued_ids:
+            chosen[trace_id] = "queue" if how == "queue" or chosen.get(trace_id) == "queue" else "random"
     return chosen
 
 
@@ -411,7 +432,7 @@ def read_unconfirmed(store: TelemetryStore, task: str, *, embedder: str) -> list
     """``task``'s eligible traces (module doc) in arrival order, with their stored vectors from ``embedder``."""
     import json
 
-    issued = set(read_chosen_by(store, task))
+    issued = set(_issued(store, task)["trace_id"].to_list())
     traces = (
         store.scan("traces")
         .filter(
@@ -458,9 +479,11 @@ def issue_queue(
     rng: random.Random | None = None,
     weights: QueueWeights = QueueWeights(),
     record: bool = True,
+    peek: bool = False,
 ) -> FeedbackQueue:
     """A queue of ``task``'s eligible traces scored by ``state``, recorded as issued unless ``record`` is False
-    (an empty queue is never recorded)."""
+    (an empty queue is never recorded); with ``peek``, recorded as a peek instead (module doc), its traces left
+    eligible."""
     if state.task != task:
         raise LearnedStateError(f"a state fitted for another task cannot rank {task!r}'s traces")
     candidates = read_unconfirmed(store, task, embedder=state.embedder)
@@ -468,5 +491,5 @@ def issue_queue(
     queue_id = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(3)}"
     queue = FeedbackQueue(task, queue_id, utc_now(), len(candidates), random_share, tuple(items))
     if record and queue.items:
-        record_queue(store, queue)
+        record_queue(store, queue, peek=peek)
     return queue

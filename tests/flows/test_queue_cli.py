@@ -184,30 +184,37 @@ async def test_queue_flow_of_a_task_without_a_learned_reflex_issues_nothing_and_
     assert not (tmp_path / "store" / "queue").exists()  # nothing recorded as issued
 
 
-def test_a_peek_shows_a_queue_without_issuing_it_and_cannot_be_answered_from_a_sheet(tmp_path: Path) -> None:
+def test_a_peek_shows_a_queue_without_issuing_it_and_a_verdict_on_it_counts_as_the_peek_chose_it(
+    tmp_path: Path,
+) -> None:
     with bad_model() as server:
         path = store_with_unconfirmed(tmp_path, server.base_url)
         store = TelemetryStore(tmp_path / "store")
         peeked = runner.invoke(app, ["review", "queue", "-t", str(path), "--size", "5", "--peek", "--json"])
         assert peeked.exit_code == 0, peeked.output
         queue = json.loads(peeked.stdout)
-        assert queue["issued"] is False and "queue_id" not in queue and len(queue["items"]) == 5
-        assert Counter(item["chosen_by"] for item in queue["items"]) == {"queue": 3, "random": 2}
-        assert read_chosen_by(store, "support") == {} and read_waiting(store, "support") == []
-        said = " ".join(runner.invoke(app, ["review", "queue", "-t", str(path), "--peek"]).stdout.split())
-        assert "(a peek: not issued)" in said and "not recorded" in said and "recorded as issued" not in said, said
-        # The scored picks of a peek are among the ones an issued queue asks about next, in the same order (a peek's
-        # two random picks may have taken two of the five best).
+        assert queue["peek"] is True and queue["issued"] is False and len(queue["items"]) == 5
+        how = {item["trace_id"]: item["chosen_by"] for item in queue["items"]}
+        assert Counter(how.values()) == {"queue": 3, "random": 2}
+        assert read_waiting(store, "support") == []  # nothing issued, nothing waits
+        assert read_chosen_by(store, "support") == how  # a verdict on what it showed counts as the peek chose it
+        # Its answers stay eligible: an issued queue may ask about them, and its issue then decides how they were
+        # chosen. The scored picks of the first peek are among the five best, in the same order (its two random
+        # picks may have taken two of them).
         issued = runner.invoke(
             app, ["review", "queue", "-t", str(path), "--size", "5", "--random-share", "0", "--json"]
         )
         assert issued.exit_code == 0, issued.output
         first = json.loads(issued.stdout)
-        assert first["issued"] is True
-        picked = [item["trace_id"] for item in queue["items"] if item["chosen_by"] == "queue"]
+        assert first["issued"] is True and first["peek"] is False
         best = [item["trace_id"] for item in first["items"]]
+        picked = [trace for trace, chosen in how.items() if chosen == "queue"]
         assert set(picked) <= set(best) and [trace for trace in best if trace in picked] == picked
-        assert set(read_chosen_by(store, "support")) == {item["trace_id"] for item in first["items"]}
+        chosen = read_chosen_by(store, "support")
+        assert all(chosen[trace] == "queue" for trace in best)  # as issued
+        assert all(chosen[trace] == how[trace] for trace in how if trace not in best)  # as peeked
+        said = " ".join(runner.invoke(app, ["review", "queue", "-t", str(path), "--peek"]).stdout.split())
+        assert "(a peek: not issued)" in said and "stay eligible" in said and "recorded as issued" not in said, said
         for flags, named in ((["--out", str(tmp_path / "peek.csv")], "--out"), (["--waiting"], "--waiting")):
             refused = runner.invoke(app, ["review", "queue", "-t", str(path), "--peek", *flags])
             assert refused.exit_code == 2 and named in refused.output and "--peek" in refused.output, refused.output
