@@ -68,11 +68,11 @@ def lint_tree(tree: Tree) -> list[LintFinding]:
     frequency: dict[str, int] = {}
     for siblings in groups:
         for _, description in siblings:
-            for word in _words(description):
+            for word in content_words(description):
                 frequency[word] = frequency.get(word, 0) + 1
     findings: list[LintFinding] = []
     for (node, _), siblings in zip(tree.iter_nodes(), groups, strict=True):
-        words = [(sibling_id, _words(description)) for sibling_id, description in siblings]
+        words = [(sibling_id, content_words(description)) for sibling_id, description in siblings]
         for index, (first_id, first_words) in enumerate(words):
             for second_id, second_words in words[index + 1 :]:
                 shared = sorted(w for w in first_words & second_words if frequency[w] <= _DISTINCTIVE_AT_MOST)
@@ -85,8 +85,10 @@ def lint_tree(tree: Tree) -> list[LintFinding]:
 _DISTINCTIVE_AT_MOST = 2
 
 
-def _words(description: str) -> set[str]:
-    return {word.lower() for word in _WORD.findall(description)} - _STOPWORDS
+def content_words(text: str) -> set[str]:
+    """The words of ``text`` that say what it is about: four letters or more, lower-cased, function words and
+    the framing verbs of descriptions left out (also how ``gil_core.tree_draft`` names what it groups)."""
+    return {word.lower() for word in _WORD.findall(text)} - _STOPWORDS
 
 
 def _check_ids(tree: Tree) -> None:
