@@ -3,13 +3,13 @@ a person to edit: what ``gil init --from`` writes instead of the demo's tree.
 
 **Options.** Answers that differ only in their numbers (``Order 1956 is on its way``, ``Order 32237 is on its
 way``) are one template, each number a slot named by the word before it (``Order {order} is on its way``), taken
-from the request by a pattern of the lengths seen where the request held the answer's number in most rows. Every
-other answer is itself. Each such habit the export gave at least ``min_count`` times becomes an option, so an
-answer key made from the same export grades the tree's answers (``gil feedback --key``: a filled template is the
-answer it fills). A habit given fewer times is left out and counted: it says too little to be one, and memory
-still learns it once a verdict confirms it. At most ``MAX_OPTIONS`` are kept, the most given first. A row
-answered "none" or "none of these" (an answer key's way of saying no answer of the tree fits) is no habit: the
-tree says it by its first label.
+from the request by a pattern of the lengths seen where the request held the answer's number in most rows; an
+answer holding a brace stays itself. Every other answer is itself. Each such habit the export gave at least
+``min_count`` times becomes an option, so an answer key made from the same export grades the tree's answers
+(``gil feedback --key``: a filled template is the answer it fills). A habit given fewer times is left out and
+counted: it says too little to be one, and memory still learns it once a verdict confirms it. At most
+``MAX_OPTIONS`` are kept, the most given first. A row answered "none" or "none of these" (an answer key's way of
+saying no answer of the tree fits) is no habit: the tree says it by its first label.
 
 **Categories.** With a category column, each option goes to the category most of its rows name. Without one,
 the options are grouped by what their requests mean: each option's requests are embedded (at most
@@ -114,7 +114,8 @@ async def draft_tree(
     given = Counter(row.answer.strip() for row in rows if row.answer.strip().casefold() not in NONE_NAMES)
     variants: dict[str, list[str]] = defaultdict(list)  # a habit's key (the answer, its numbers blanked): answers
     for answer in given:
-        variants[_DIGITS.sub("\0", answer)].append(answer)
+        # An answer holding a brace stays itself: in a template, braces mark its blanks.
+        variants[answer if "{" in answer or "}" in answer else _DIGITS.sub("\0", answer)].append(answer)
     habit_of = {answer: key for key, answers in variants.items() for answer in answers}
     counts = Counter({key: sum(given[answer] for answer in answers) for key, answers in variants.items()})
     kept = [key for key, count in counts.most_common() if count >= min_count][:MAX_OPTIONS]

@@ -119,6 +119,19 @@ def test_what_cannot_be_drafted_is_refused_with_what_to_do() -> None:
         asyncio.run(draft_tree(once, HashEmbeddingModel(), min_count=0))
 
 
+def test_answers_holding_braces_are_never_made_a_template() -> None:
+    rows = [AnsweredRequest(f"status of job {n}", f'{{"job": {n}, "state": "done"}}') for n in (11, 12) for _ in "ab"]
+    rows += [AnsweredRequest(f"where is order {n}", f"Order {n} is on its way.") for n in (1234, 5678)]
+    draft = asyncio.run(draft_tree(rows, HashEmbeddingModel(), min_count=1))
+    kinds = sorted((option.kind.value, option.text or option.template) for option, _ in draft.tree.options())
+    assert kinds == [
+        ("answer", '{"job": 11, "state": "done"}'),
+        ("answer", '{"job": 12, "state": "done"}'),
+        ("template", "Order {order} is on its way."),
+    ]
+    parse_tree(dump_tree(draft.tree))
+
+
 def test_ids_of_answers_without_ascii_words_are_numbered_and_unique() -> None:
     rows = [AnsweredRequest("환불은 언제 되나요", "환불은 5영업일 안에 처리됩니다")] * 2 + [
         AnsweredRequest("비밀번호를 잊었어요", "비밀번호 찾기를 눌러 주세요")
