@@ -101,6 +101,7 @@ def init_command(
     """Start a task of your own: a task file (gil.yaml) on the local models, with memory, its guard and the learned
     reflex on, and a tree (tree.yaml) to make yours, starting from the demo's or drafted from an export (--from)."""
     from gil_core.atomic import atomic_write_text
+    from gil_core.errors import GilError
     from gil_core.ontology.lint import TreeLintWarning
     from gil_core.taskfile import load_task_file
 
@@ -124,8 +125,11 @@ def init_command(
         warnings.simplefilter("always", TreeLintWarning)
         for file_name, text in texts.items():
             (Path(scratch) / file_name).write_text(text, encoding="utf-8")
-        guarded(lambda: load_task_file(Path(scratch) / task_path.name))
-        told = [str(item.message).replace(str(Path(scratch) / tree_path.name), shown(tree_path)) for item in linted]
+        try:
+            load_task_file(Path(scratch) / task_path.name)
+        except GilError as exc:  # told of the files it would have written, not of the scratch copies
+            raise fail(_as_written(str(exc), Path(scratch), task_path, tree_path)) from None
+        told = [_as_written(str(item.message), Path(scratch), task_path, tree_path) for item in linted]
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(tree_path, texts[tree_path.name])
     atomic_write_text(task_path, texts[task_path.name])
@@ -157,6 +161,13 @@ def init_command(
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _as_written(message: str, scratch: Path, task_path: Path, tree_path: Path) -> str:
+    """``message`` with the scratch copies' paths put back as the files ``gil init`` writes."""
+    for path in (tree_path, task_path):
+        message = message.replace(str(scratch / path.name), shown(path))
+    return message
 
 
 def _drafted(

@@ -97,3 +97,19 @@ def test_init_from_an_export_refuses_what_it_cannot_draft_in_one_line(tmp_path: 
         "hi there",
         "hello back",
     }
+
+
+def test_a_draft_too_large_for_a_tree_file_is_refused_naming_the_file_it_would_have_been(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("gil_core._config_yaml.MAX_CONFIG_BYTES", 1024 * 1024)  # 16 MiB as shipped: 1 here, faster
+    export = tmp_path / "export.jsonl"
+    long = "word " * 12_000  # 60 kB an answer: 20 of them make a tree past the 1 MiB
+    with export.open("w", encoding="utf-8") as out:
+        for n in range(40):
+            answer = f"{chr(97 + n % 20)}{chr(97 + n % 20)} {long}"
+            out.write(json.dumps({"id": n, "text": f"request {n % 20}", "answer": answer}) + "\n")
+    code, _, stderr = invoke("init", str(tmp_path / "desk"), "--from", str(export))
+    said = " ".join(stderr.split())
+    assert code == 2 and f"{tmp_path / 'desk' / 'tree.yaml'}" in said and "larger than 1 MiB" in said, said[:300]
+    assert "Traceback" not in said and not (tmp_path / "desk").exists()
