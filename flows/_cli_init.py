@@ -33,7 +33,7 @@ task: {name}
 # The tree of categories and answers the judge walks (docs/tree-format.md). It starts as the demo's support tree:
 # put your own categories and answers in it, then check it with `gil lint-tree tree.yaml` (in this folder).
 tree: tree.yaml
-language: en
+language: {language}
 contract: tree
 thresholds:
   per_layer: [0.5]
@@ -62,9 +62,9 @@ memory: .gil/memory
 """
 
 
-def task_file_text(name: str) -> str:
-    """The starter task file for ``name`` (quoted as YAML reads it back)."""
-    return _TASK_FILE.format(name=json.dumps(name, ensure_ascii=False))
+def task_file_text(name: str, language: str = "en") -> str:
+    """The starter task file for ``name`` (quoted as YAML reads it back), its prompts in ``language``."""
+    return _TASK_FILE.format(name=json.dumps(name, ensure_ascii=False), language=language)
 
 
 def init_command(
@@ -76,6 +76,9 @@ def init_command(
         typer.Option(help="The task's name: its memory, stats and caches are its own. Default: the folder's name."),
     ] = None,
     force: Annotated[bool, typer.Option(help="Write over a gil.yaml or tree.yaml already there.")] = False,
+    language: Annotated[
+        str, typer.Option(help="The language of the judge's prompts: en, or ko (the reference's Korean wording).")
+    ] = "en",
     export: Annotated[
         Path | None,
         typer.Option(
@@ -105,6 +108,8 @@ def init_command(
     from gil_core.ontology.lint import TreeLintWarning
     from gil_core.taskfile import load_task_file
 
+    if language not in ("en", "ko"):
+        raise fail(f"--language: en or ko, got {language!r}")
     folder = folder.resolve()
     name = task if task is not None else folder.name
     task_path, tree_path = folder / "gil.yaml", folder / "tree.yaml"
@@ -119,7 +124,7 @@ def init_command(
         raise fail(f"{STARTER_TREE}: no starter tree there; gil init copies it from a checkout of Gil")
     else:
         tree_text, drafted = STARTER_TREE.read_text(encoding="utf-8"), None
-    texts = {task_path.name: task_file_text(name), tree_path.name: tree_text}
+    texts = {task_path.name: task_file_text(name, language), tree_path.name: tree_text}
     with tempfile.TemporaryDirectory() as scratch, warnings.catch_warnings(record=True) as linted:
         # Checked as it will be read, before anything is written; a lint warning is told of the file written.
         warnings.simplefilter("always", TreeLintWarning)

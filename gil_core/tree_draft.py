@@ -20,11 +20,11 @@ node may label (25, docs/tree-format.md) becomes a node of sub-groups of consecu
 dendrogram of its vectors (scipy), so similar answers stay together.
 
 **Names.** A drafted category is named by its most distinctive words (each word's count in the group's requests
-against how many groups use it: class-based TF-IDF); its description gives those words and quotes the request
-nearest its centre. An option's label is the start of its answer, and its description quotes the request nearest
-its own centre. Ids are made of those words, in ASCII, unique across the tree. All of it is a draft: the
-categories found and their names are what a person checks first (``DraftedTree.clustered`` says which way they
-were made).
+against how many groups use it: class-based TF-IDF), or, without one, by the start of the request nearest its
+centre; its description gives those words and quotes that request. An option's label is the start of its answer,
+and its description quotes the request nearest its own centre. Ids are made of those words, in ASCII, unique
+across the tree. All of it is a draft: the categories found and their names are what a person checks first
+(``DraftedTree.clustered`` says which way they were made).
 """
 
 from __future__ import annotations
@@ -242,7 +242,9 @@ def _category(
     label."""
     centre = _unit(np.mean([centres[answer] for answer in answers], axis=0))
     example = nearest[max(answers, key=lambda answer: float(centres[answer] @ centre))]
-    label = name if name is not None else ", ".join(words[:_NAME_WORDS]) or "answers"
+    # Without a distinctive word (words of four letters or more: many Korean ones are shorter), the group's most
+    # typical request names it.
+    label = name if name is not None else ", ".join(words[:_NAME_WORDS]) or " ".join(example.split()[:_LABEL_WORDS])
     described = f"{', '.join(words)}: such as {_quoted(example)}" if words else f"such as {_quoted(example)}"
     node_id = ids.make(name if name is not None else " ".join(words[:_NAME_WORDS]), "category")
     if len(answers) <= _CAPACITY:

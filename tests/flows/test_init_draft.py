@@ -91,8 +91,13 @@ def test_init_from_an_export_refuses_what_it_cannot_draft_in_one_line(tmp_path: 
     assert code == 2 and "--min-count: at least 1, got 0" in stderr
     code, _, stderr = invoke("init", str(tmp_path / "desk"), "--from", str(export), "--answer-column", "reply")
     assert code == 2 and "no answered request read from it" in " ".join(stderr.split())
-    code, _, stderr = invoke("init", str(tmp_path / "desk"), "--from", str(export), "--min-count", "1")
+    code, _, stderr = invoke("init", str(tmp_path / "desk"), "--from", str(export), "--language", "fr")
+    assert code == 2 and "--language: en or ko, got 'fr'" in stderr
+    code, _, stderr = invoke(
+        "init", str(tmp_path / "desk"), "--from", str(export), "--min-count", "1", "--language", "ko"
+    )
     assert code == 0, stderr
+    assert yaml.safe_load((tmp_path / "desk" / "gil.yaml").read_text(encoding="utf-8"))["language"] == "ko"
     assert {option.text for option, _ in load_tree(tmp_path / "desk" / "tree.yaml").options()} == {
         "hi there",
         "hello back",
