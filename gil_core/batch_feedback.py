@@ -13,6 +13,7 @@ from gil_core._ticket_files import BadInput, TicketColumns, Verdict
 from gil_core.errors import ConfigurationError
 from gil_core.fallback.slots import filled_without_model
 from gil_core.habits.attribution import AnswerIndex
+from gil_core.language import NONE_NAMES
 from gil_core.learned.log import learnable_option
 from gil_core.ontology import Option, OptionKind
 from gil_core.resolver import Resolver
@@ -78,10 +79,6 @@ class AnswerKey:
     @property
     def by_option(self) -> bool:
         return self.option_column is not None
-
-
-NONE_NAMES = ("none", "none of these")
-"""How an answer key's option column may name "none of these", besides the task's own wording of it."""
 
 
 def key_option(task: TaskDefinition, value: str) -> tuple[bool, Option | None]:

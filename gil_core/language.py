@@ -13,7 +13,10 @@ from dataclasses import dataclass
 
 from gil_core.errors import ConfigurationError
 
-__all__ = ["ENGLISH", "KOREAN", "PromptLanguage", "fill", "placeholders"]
+__all__ = ["ENGLISH", "KOREAN", "NONE_NAMES", "PromptLanguage", "fill", "placeholders"]
+
+NONE_NAMES = ("none", "none of these")
+"""How an answer key or an export may name "none of these", besides a task's own wording of it."""
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 

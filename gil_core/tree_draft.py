@@ -8,8 +8,8 @@ answer holding a brace stays itself. Every other answer is itself. Each such hab
 ``min_count`` times becomes an option, so an answer key made from the same export grades the tree's answers
 (``gil feedback --key``: a filled template is the answer it fills). A habit given fewer times is left out and
 counted: it says too little to be one, and memory still learns it once a verdict confirms it. At most
-``MAX_OPTIONS`` are kept, the most given first. A row answered "none" or "none of these" (an answer key's way of
-saying no answer of the tree fits) is no habit: the tree says it by its first label.
+``MAX_OPTIONS`` are kept, the most given first. A row answered "none", "none of these" or "해당 없음" (an answer
+key's way of saying no answer of the tree fits) is no habit: the tree says it by its first label.
 
 **Categories.** With a category column, each option goes to the category most of its rows name. Without one,
 the options are grouped by what their requests mean: each option's requests are embedded (at most
@@ -42,8 +42,8 @@ from numpy.typing import NDArray
 
 from gil_core._record_files import BadInput
 from gil_core._ticket_files import TicketColumns, TicketFormat
-from gil_core.batch_feedback import NONE_NAMES
 from gil_core.errors import ConfigurationError
+from gil_core.language import ENGLISH, KOREAN, NONE_NAMES
 from gil_core.llm.ports import EmbeddingModel
 from gil_core.ontology.labels import LabelScheme
 from gil_core.ontology.lint import content_words
@@ -69,6 +69,7 @@ _ID_WORDS = 4
 _ID_CHARS = 40
 _QUOTE_CHARS = 120
 _NAME_WORDS = 3
+_NONE = frozenset({*NONE_NAMES, ENGLISH.none_of_these.casefold(), KOREAN.none_of_these.casefold()})
 _DIGITS = re.compile(r"[0-9]+")
 
 
@@ -111,7 +112,7 @@ async def draft_tree(
     given ``min_count`` times, or the export names more categories than a node may label."""
     if min_count < 1:
         raise ConfigurationError(f"min_count must be at least 1, got {min_count}")
-    given = Counter(row.answer.strip() for row in rows if row.answer.strip().casefold() not in NONE_NAMES)
+    given = Counter(row.answer.strip() for row in rows if row.answer.strip().casefold() not in _NONE)
     variants: dict[str, list[str]] = defaultdict(list)  # a habit's key (the answer, its numbers blanked): answers
     for answer in given:
         # An answer holding a brace stays itself: in a template, braces mark its blanks.
@@ -182,7 +183,7 @@ async def draft_tree(
         options=len(kept),
         templates=sum(1 for key in kept if len(variants[key]) > 1),
         covered=sum(len(asked[answer]) for answer in kept),
-        none=sum(1 for row in rows if row.answer.strip().casefold() in NONE_NAMES),
+        none=sum(1 for row in rows if row.answer.strip().casefold() in _NONE),
         left_out=len(counts) - len(kept),
         categories=len(root.children) or 1,
         clustered=clustered,

@@ -105,7 +105,7 @@ PUBLIC = {
         "propose_promotions",
         "review_promotions",
     ],
-    "gil_core.language": ["ENGLISH", "KOREAN", "PromptLanguage", "fill", "placeholders"],
+    "gil_core.language": ["ENGLISH", "KOREAN", "NONE_NAMES", "PromptLanguage", "fill", "placeholders"],
     "gil_core.local": [
         "MINILM_DIMENSIONS",
         "MINILM_NAME",
@@ -202,6 +202,15 @@ PUBLIC = {
         "label_candidates",
         "order_candidates",
         "read_distribution",
+    ],
+    "gil_core.tree_draft": [
+        "MAX_DRAFT_ROWS",
+        "MAX_OPTIONS",
+        "SAMPLE_PER_ANSWER",
+        "AnsweredRequest",
+        "DraftedTree",
+        "draft_tree",
+        "read_answered",
     ],
     "gil_core.traverse": [
         "ExitReason",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from gil_core.errors import LabelCapacityError, TreeFileError
 from gil_core.ontology.model import Node, OptionKind, Tree
 
-__all__ = ["LintFinding", "TreeLintWarning", "check_tree", "lint_tree"]
+__all__ = ["LintFinding", "TreeLintWarning", "check_tree", "content_words", "lint_tree"]
 
 _WORD = re.compile(r"[^\W\d_]{4,}", re.UNICODE)
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")

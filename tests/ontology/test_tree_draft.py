@@ -142,7 +142,9 @@ def test_ids_of_answers_without_ascii_words_are_numbered_and_unique() -> None:
     assert {option.text for option, _ in draft.tree.options()} == {row.answer for row in rows}
     asked = (("배송은 얼마나 걸리나요", "배송은 사흘 걸립니다"), ("영수증을 보내 주세요", "영수증을 메일로 보냈습니다"))
     more = [AnsweredRequest(f"{question} {n}번", answer) for n in range(2) for question, answer in asked]
-    grouped = asyncio.run(draft_tree(rows + more, HashEmbeddingModel()))
+    none = [AnsweredRequest("날씨 어때요", "해당 없음")] * 2  # the Korean prompts' "none of these": no option
+    grouped = asyncio.run(draft_tree(rows + more + none, HashEmbeddingModel()))
+    assert grouped.none == 2 and all(option.text != "해당 없음" for option, _ in grouped.tree.options())
     labels = [node.label for node in grouped.tree.root.children]
     assert len(labels) >= 2 and all(labels) and len(set(labels)) == len(labels), labels  # named by a request
 
