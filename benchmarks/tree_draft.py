@@ -17,30 +17,41 @@ categories agree with the hand tree's over the requests both trees can answer (s
 requests from position 150 on, replayed as ``benchmarks.learned_gating`` replays the design arms (memory at 0.9,
 the stand-in LLM always wrong, every answer's verdict after each chunk of 50), its default policy. A request's key
 answer is mapped to the drafted option with that text, or to the template its request fills to that text.
+
+**Size.** A last row times ``gil init --from``'s part, ``read_answered`` and ``draft_tree`` with the product's
+MiniLM, on an export of ``LARGE_ROWS`` rows made of the support stream's requests reworded (a greeting, a case
+change or a typo, as the repeating streams do), their answers the key's, written as a CSV file.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import csv
+import random
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
 from benchmarks._learned_setup import top_category
+from benchmarks._quality_streams import SEED, paraphrase, support_stream
 from benchmarks._report import Row, Section, add_output_options, destination, publish
 from benchmarks.feedback_queue import STREAMS, Embedded, _prior_texts, _unit_rows, embed_stream
 from benchmarks.learned_gating import PRECISION, WARMUP, measure
-from gil_core.batch_feedback import NONE_NAMES
+from gil_core.batch import TicketFormat
 from gil_core.fallback.slots import filled_without_model
+from gil_core.language import NONE_NAMES
 from gil_core.ontology import Tree
 from gil_core.ontology.model import OptionKind
 from gil_core.tasks import LearnedPolicy
-from gil_core.tree_draft import AnsweredRequest, DraftedTree, draft_tree
+from gil_core.tree_draft import AnsweredRequest, DraftedTree, draft_tree, read_answered
 
 TITLE = "Drafting a tree from an export"
+LARGE_ROWS = 20_000
 COMMAND = "uv run --extra local python -m benchmarks.tree_draft"
 MISSING = "<not in the draft>"  # the key's answer for a request whose answer the draft lacks: never given
 
@@ -135,11 +146,44 @@ def _hand_arm(data: Embedded) -> Arm:
                sum(data.learnable), len(data.options), None, outcome.right, outcome.measured)  # fmt: skip
 
 
+def _large_export(folder: Path, rows: int) -> Path:
+    """A CSV export of ``rows`` support requests, reworded, with their key's answers."""
+    stream = support_stream()
+    rng = random.Random(f"{SEED}/tree-draft/large")
+    path = folder / "export.csv"
+    with path.open("w", encoding="utf-8", newline="") as out:
+        sheet = csv.writer(out)
+        sheet.writerow(["id", "text", "answer"])
+        for n in range(rows):
+            request = rng.choice(stream.requests)
+            sheet.writerow([f"t{n}", paraphrase(request.text, rng, stream.wrappers), request.expected])
+    return path
+
+
+def _time_large(embedder: object, rows: int) -> str:
+    """The time and peak RSS of reading and drafting an export of ``rows`` rows (module doc)."""
+    import resource
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = _large_export(Path(folder), rows)
+        started = time.perf_counter()
+        answered, bad, _ = read_answered(path, TicketFormat())
+        read = time.perf_counter() - started
+        draft = asyncio.run(draft_tree(answered, embedder))  # type: ignore[arg-type]
+        took = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return (
+        f"{len(answered):,} rows ({len(bad)} bad): read in {read:.1f} s, drafted in {took:.1f} s in all "
+        f"({draft.options} options, {draft.templates} templates, {draft.categories} categories); the process's "
+        f"peak RSS {peak:.0f} MiB"
+    )
+
+
 def _share(k: int, n: int) -> str:
     return f"{100 * k / n:.1f}% ({k}/{n})" if n else "—"
 
 
-def section(results: dict[str, list[Arm]], command: str) -> Section:
+def section(results: dict[str, list[Arm]], command: str, large: str | None = None) -> Section:
     rows = []
     for stream, arms in results.items():
         hand = arms[0]
@@ -168,6 +212,8 @@ def section(results: dict[str, list[Arm]], command: str) -> Section:
         "hand tree's, over the requests both answer (1 the same grouping, about 0 chance). Right: the learned "
         "judge alone, as the gating replica replays the design arms."
     )
+    if large is not None:
+        rows.append(Row(f"an export of {LARGE_ROWS:,} rows, read and drafted", "(reported)", large))
     return Section(TITLE, command, lead, rows)
 
 
@@ -196,8 +242,9 @@ def main(argv: list[str] | None = None) -> None:
             arms.append(asyncio.run(_draft_arm(label, data, rows, embedder)))
             _log(f"{spec.name} / {label}: {arms[-1]}")
         results[spec.name] = arms
+    large = None if options.quick else _time_large(embedder, LARGE_ROWS)
     command = COMMAND + (" " + " ".join(argv) if argv else "")
-    publish([section(results, command)], destination(options))
+    publish([section(results, command, large)], destination(options))
 
 
 if __name__ == "__main__":
