@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import tempfile
 import warnings
 from pathlib import Path
@@ -134,7 +135,11 @@ def init_command(
             load_task_file(Path(scratch) / task_path.name)
         except GilError as exc:  # told of the files it would have written, not of the scratch copies
             raise fail(_as_written(str(exc), Path(scratch), task_path, tree_path)) from None
-        told = [_as_written(str(item.message), Path(scratch), task_path, tree_path) for item in linted]
+        told = [
+            _as_written(str(item.message), Path(scratch), task_path, tree_path)
+            for item in linted
+            if issubclass(item.category, TreeLintWarning)
+        ]
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(tree_path, texts[tree_path.name])
     atomic_write_text(task_path, texts[task_path.name])
@@ -142,19 +147,20 @@ def init_command(
         console.print(_draft_said(drafted, export, tree_path, min_count), highlight=False, soft_wrap=True)
     for message in told:
         warn("lint", message)
-    if export is not None:
+    if export is not None:  # the two commands as a shell reads them (a path or column name with spaces quoted)
         columns = "".join(
-            f" {flag} {value}"
+            f" {flag} {shlex.quote(value)}"
             for flag, value, default in (("--id-column", id_column, "id"), ("--encoding", encoding_name, "utf-8"))
             if value != default
         )
-        texts_named = "".join(f" --text-column {column}" for column in text_column or ())
-        answers_named = f" --answer-column {answer_column}" if answer_column != "answer" else ""
+        texts_named = "".join(f" --text-column {shlex.quote(column)}" for column in text_column or ())
+        answers_named = f" --answer-column {shlex.quote(answer_column)}" if answer_column != "answer" else ""
+        source, task_named = shlex.quote(shown(export)), shlex.quote(shown(task_path))
         console.print(
             f"wrote {shown(task_path)} (task {name!r}) and {shown(tree_path)}. Next: check the draft (gil lint-tree "
-            f"{shown(tree_path)}), then teach the task the export's answers: gil resolve-batch {shown(export)} -o "
-            f"results.jsonl -t {shown(task_path)}{columns}{texts_named}, and gil feedback {shown(export)} --key -t "
-            f"{shown(task_path)}{columns}{answers_named}",
+            f"{shown(tree_path)}), then teach the task the export's answers: gil resolve-batch {source} -o "
+            f"results.jsonl -t {task_named}{columns}{texts_named}, and gil feedback {source} --key -t "
+            f"{task_named}{columns}{answers_named}",
             highlight=False,
             soft_wrap=True,
         )

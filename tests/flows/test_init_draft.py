@@ -44,13 +44,13 @@ def test_a_tree_drafted_from_an_export_is_taught_its_answers_by_the_commands_ini
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    write_export(tmp_path / "export.csv", 150)
+    write_export(tmp_path / "help desk export.csv", 150)  # a name with spaces: the commands printed quote it
     args = ["--id-column", "ticket", "--text-column", "subject", "--answer-column", "reply"]
-    code, stdout, stderr = invoke("init", "desk", "--from", "export.csv", *args)
+    code, stdout, stderr = invoke("init", "desk", "--from", "help desk export.csv", *args)
     assert code == 0, stderr
     said, warned = " ".join(stdout.split()), " ".join(stderr.split())
-    assert "drafted desk/tree.yaml from 150 answered requests of export.csv" in said, said
-    assert "skipped 2 rows without an id, a request and an answer; the first: export.csv:152" in warned, warned
+    assert "drafted desk/tree.yaml from 150 answered requests of help desk export.csv" in said, said
+    assert "skipped 2 rows without an id, a request and an answer; the first: help desk export.csv:152" in warned
     tree = load_tree(tmp_path / "desk" / "tree.yaml")
     options = [option for option, _ in tree.options()]
     assert any(option.kind is OptionKind.TEMPLATE for option in options)
@@ -59,7 +59,8 @@ def test_a_tree_drafted_from_an_export_is_taught_its_answers_by_the_commands_ini
     # learns comes from the export's answers.
     resolve, feedback = (part.strip().rstrip(",") for part in said.split("teach the task the export's answers: ")[1]
                          .split(", and "))  # fmt: skip
-    assert resolve.startswith("gil resolve-batch export.csv") and feedback.startswith("gil feedback export.csv --key")
+    assert resolve.startswith("gil resolve-batch 'help desk export.csv'"), resolve
+    assert feedback.startswith("gil feedback 'help desk export.csv' --key"), feedback
     with bad_model() as server:
         task_path = tmp_path / "desk" / "gil.yaml"
         task = yaml.safe_load(task_path.read_text(encoding="utf-8"))
