@@ -198,6 +198,7 @@ def test_a_peek_shows_a_queue_without_issuing_it_and_a_verdict_on_it_counts_as_t
         assert Counter(how.values()) == {"queue": 3, "random": 2}
         assert read_waiting(store, "support") == []  # nothing issued, nothing waits
         assert read_chosen_by(store, "support") == how  # a verdict on what it showed counts as the peek chose it
+        assert read_chosen_by(store, "other") == {}  # another task's verdicts never read this task's peeks
         # Its answers stay eligible: an issued queue may ask about them, and its issue then decides how they were
         # chosen. The scored picks of the first peek are among the five best, in the same order (its two random
         # picks may have taken two of them).
