@@ -100,6 +100,15 @@ def _unit_rows(matrix: NDArray[np.float32]) -> NDArray[np.float32]:
     return (matrix / np.where(norms > 0, norms, 1.0)).astype(np.float32)
 
 
+async def embed_priors(tree: Tree, embedder: Any) -> dict[str, NDArray[np.float32]]:
+    """The unit vectors of ``tree``'s prior texts (its labels and descriptions), for a tree other than the
+    stream's own (``Embedded.priors``)."""
+    texts = _prior_texts(tree)
+    embedded = await embedder.embed(texts)
+    matrix = _unit_rows(np.asarray(embedded.vectors, dtype=np.float32))
+    return {text: matrix[i] for i, text in enumerate(texts)}
+
+
 async def embed_stream(spec: StreamSpec, embedder: Any) -> Embedded:
     """Embed the stream's requests and the tree's prior texts, once each."""
     stream = spec.load()

@@ -35,16 +35,15 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
-
 from benchmarks._learned_setup import top_category
 from benchmarks._quality_streams import SEED, paraphrase, support_stream
 from benchmarks._report import Row, Section, add_output_options, destination, publish
-from benchmarks.feedback_queue import STREAMS, Embedded, _prior_texts, _unit_rows, embed_stream
+from benchmarks.feedback_queue import STREAMS, Embedded, embed_priors, embed_stream
 from benchmarks.learned_gating import PRECISION, WARMUP, measure
 from gil_core.batch import TicketFormat
 from gil_core.fallback.slots import filled_without_model
 from gil_core.language import NONE_NAMES
+from gil_core.llm import EmbeddingModel
 from gil_core.ontology import Tree
 from gil_core.ontology.model import OptionKind
 from gil_core.tasks import LearnedPolicy
@@ -108,23 +107,20 @@ def _mapped(tree: Tree, data: Embedded) -> list[str | None]:
     return out
 
 
-async def _draft_arm(label: str, data: Embedded, rows: list[AnsweredRequest], embedder: object) -> Arm:
+async def _draft_arm(label: str, data: Embedded, rows: list[AnsweredRequest], embedder: EmbeddingModel) -> Arm:
     from sklearn.metrics import adjusted_rand_score  # type: ignore[import-untyped]
 
     started = time.perf_counter()
-    draft: DraftedTree = await draft_tree(rows, embedder)  # type: ignore[arg-type]
+    draft: DraftedTree = await draft_tree(rows, embedder)
     seconds = time.perf_counter() - started
     tree = draft.tree
     options = _mapped(tree, data)
-    priors_texts = _prior_texts(tree)
-    reply = await embedder.embed(priors_texts)  # type: ignore[attr-defined]
-    priors = _unit_rows(np.asarray(reply.vectors, dtype=np.float32))
     drafted = replace(
         data,
         task=replace(data.task, tree=tree),
         options=options,
         learnable=[option != MISSING for option in options],
-        priors={text: priors[i] for i, text in enumerate(priors_texts)},
+        priors=await embed_priors(tree, embedder),
     )
     outcome = measure(drafted, LearnedPolicy(precision=PRECISION), loco=False)
     both = [
@@ -160,7 +156,7 @@ def _large_export(folder: Path, rows: int) -> Path:
     return path
 
 
-def _time_large(embedder: object, rows: int) -> str:
+def _time_large(embedder: EmbeddingModel, rows: int) -> str:
     """The time and peak RSS of reading and drafting an export of ``rows`` rows (module doc)."""
     import resource
 
@@ -169,7 +165,7 @@ def _time_large(embedder: object, rows: int) -> str:
         started = time.perf_counter()
         answered, bad, _ = read_answered(path, TicketFormat())
         read = time.perf_counter() - started
-        draft = asyncio.run(draft_tree(answered, embedder))  # type: ignore[arg-type]
+        draft = asyncio.run(draft_tree(answered, embedder))
         took = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return (
